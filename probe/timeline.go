@@ -1,0 +1,62 @@
+package probe
+
+import "time"
+
+// TimelineVersion is the version of the Timeline JSON layout.
+const TimelineVersion = 1
+
+// Timeline is the probe's record of what reached it, served at GET /timeline
+// and written as the termination message. Instants are the probe's wall clock
+// (plus --clock-offset); the tool corrects them for skew.
+type Timeline struct {
+	Version int    `json:"version"`
+	Pod     string `json:"pod"`
+	// Now is when this timeline was rendered.
+	Now time.Time `json:"now"`
+	// ClockOffsetNS is the injected --clock-offset (fault injection), already
+	// included in every instant here.
+	ClockOffsetNS int64     `json:"clock_offset_ns,omitempty"`
+	Started       time.Time `json:"started"`
+
+	PrestopCalled *time.Time `json:"prestop_called,omitempty"`
+	Sigterm       *time.Time `json:"sigterm,omitempty"`
+	Released      *time.Time `json:"released,omitempty"`
+	Exit          *time.Time `json:"exit,omitempty"`
+
+	// Accepts and Requests count everything; the Traffic* fields count only
+	// connections/requests that carried traffic (not /healthz, /timeline,
+	// /clock, /prestop, /release), which is what the window is made of.
+	Accepts         int64      `json:"accepts"`
+	Requests        int64      `json:"requests"`
+	FirstAccept     *time.Time `json:"first_accept,omitempty"`
+	LastAccept      *time.Time `json:"last_accept,omitempty"`
+	LastRequest     *time.Time `json:"last_request,omitempty"`
+	TrafficAccepts  int64      `json:"traffic_accepts"`
+	TrafficRequests int64      `json:"traffic_requests"`
+	// LastTrafficAccept is the accept instant of the last connection that
+	// carried a traffic request; LastTrafficRequest the last such request.
+	LastTrafficAccept  *time.Time `json:"last_traffic_accept,omitempty"`
+	LastTrafficRequest *time.Time `json:"last_traffic_request,omitempty"`
+
+	AcceptsAfterSigterm         int64 `json:"accepts_after_sigterm"`
+	RequestsAfterSigterm        int64 `json:"requests_after_sigterm"`
+	TrafficAcceptsAfterSigterm  int64 `json:"traffic_accepts_after_sigterm"`
+	TrafficRequestsAfterSigterm int64 `json:"traffic_requests_after_sigterm"`
+
+	// Peers is per peer IP address (not port), capped; PeersOverflow counts
+	// accepts from peers beyond the cap.
+	Peers         []Peer `json:"peers,omitempty"`
+	PeersOverflow int64  `json:"peers_overflow,omitempty"`
+}
+
+// Peer is what one peer IP address sent.
+type Peer struct {
+	Addr               string     `json:"addr"`
+	Accepts            int64      `json:"accepts"`
+	Requests           int64      `json:"requests"`
+	TrafficRequests    int64      `json:"traffic_requests"`
+	LastAccept         *time.Time `json:"last_accept,omitempty"`
+	LastRequest        *time.Time `json:"last_request,omitempty"`
+	LastTrafficAccept  *time.Time `json:"last_traffic_accept,omitempty"`
+	LastTrafficRequest *time.Time `json:"last_traffic_request,omitempty"`
+}

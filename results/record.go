@@ -1,0 +1,97 @@
+package results
+
+import (
+	"time"
+)
+
+// SchemaVersion is the version of the results file layout. Readers refuse a
+// file whose header carries a newer version than they know.
+const SchemaVersion = 1
+
+// Kind tells the records of a results file apart: one header, one record per
+// trial, and a final summary.
+type Kind string
+
+// The record kinds of a results file.
+const (
+	KindHeader  Kind = "header"
+	KindTrial   Kind = "trial"
+	KindSummary Kind = "summary"
+)
+
+// Clock names whose clock an instant was read on.
+type Clock string
+
+// The clocks a stage can be read on.
+const (
+	// ClockTool is the clock of the machine running epwindow.
+	ClockTool Clock = "tool"
+	// ClockPod is the probe's clock, corrected for the measured skew.
+	ClockPod Clock = "pod"
+	// ClockAPIServer is the API server's clock at 1 s resolution: cross-checks only.
+	ClockAPIServer Clock = "apiserver"
+	// ClockKubelet is a kubelet-reported metav1.Time (1 s resolution).
+	ClockKubelet Clock = "kubelet"
+)
+
+// Stage names, as DESIGN.md's stage table defines them.
+const (
+	StageDeleteSent         = "delete_sent" // T0
+	StageDeleteAcked        = "delete_acked"
+	StagePodTerminatingSeen = "pod_terminating_seen"
+	StageServerDeleteTime   = "server_delete_time" // 1 s cross-check only
+	StageSliceNotReady      = "slice_not_ready"
+	StageSliceNotServing    = "slice_not_serving"
+	StageSliceRemoved       = "slice_removed"
+	StageUpstreamLastSeen   = "upstream_last_present" // keyed by observer/replica
+	StageUpstreamRemoved    = "upstream_removed"      // keyed by observer/replica
+	StagePrestopCalled      = "prestop_called"
+	StageSigterm            = "sigterm"
+	StageLastAccept         = "last_accept" // keyed by peer address
+	StageLastRequest        = "last_request"
+	StageClientLastRouted   = "client_last_routed"
+	StageContainerExit      = "container_exit"
+	StagePodDeleted         = "pod_deleted"
+)
+
+// Stage is one timestamped event of a trial.
+type Stage struct {
+	// Name is one of the Stage* constants.
+	Name string `json:"name"`
+	// Key distinguishes the instances of a keyed stage: "observer/replica"
+	// for upstream stages, the peer address for last_accept. Empty otherwise.
+	Key string `json:"key,omitempty"`
+	// At is the instant, absolute, on Clock (pod instants already corrected).
+	At time.Time `json:"at"`
+	// OffsetNS is At − T0 (delete_sent) in nanoseconds.
+	OffsetNS int64 `json:"offset_ns"`
+	// UncertaintyNS bounds the error of At: the skew bound for pod-clock
+	// stages, the poll interval for upstream stages, 1 s for metav1.Time.
+	UncertaintyNS int64 `json:"uncertainty_ns,omitempty"`
+	// Clock is the clock At was read on.
+	Clock Clock `json:"clock"`
+}
+
+// Offset is At − T0.
+func (s Stage) Offset() time.Duration { return time.Duration(s.OffsetNS) }
+
+// Record is one trial: one pod deleted and every stage seen for its address.
+type Record struct {
+	Kind    Kind   `json:"kind"` // KindTrial
+	Trial   int    `json:"trial"`
+	Pod     string `json:"pod"`
+	Node    string `json:"node,omitempty"`
+	PodIP   string `json:"pod_ip"`
+	Valid   bool   `json:"valid"`
+	Invalid string `json:"invalid_reason,omitempty"`
+	// T0 is delete_sent on the tool's clock.
+	T0 time.Time `json:"t0"`
+	// SkewNS is the probe clock's offset from the tool's (probe − tool) that
+	// was subtracted from pod-clock stages, and SkewUncertaintyNS its bound.
+	SkewNS            int64 `json:"skew_ns"`
+	SkewUncertaintyNS int64 `json:"skew_uncertainty_ns"`
+	// ClientFailures counts load-generator failures inside this trial's
+	// window, by kind ("refused", "reset", "timeout", "status_502", ...).
+	ClientFailures map[string]int `json:"client_failures,omitempty"`
+	Stages         []Stage        `json:"stages"`
+}
