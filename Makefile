@@ -1,0 +1,29 @@
+# epwindow — see README.md. `make demo` runs the main job on a local cluster;
+# `make test` runs every test (CI runs it through .ci/run).
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+# Build outputs and caches live in gitignored folders.
+BIN      := bin
+
+.PHONY: build deps test fmt-check vet bench
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/epwindow ./cmd/epwindow
+
+# deps installs what a fresh Debian machine lacks (root, apt): the standard CNI
+# plugins the local cluster's node agent uses, and iproute2.
+deps:
+	@if [ ! -x /usr/lib/cni/bridge ] || ! command -v ip >/dev/null; then \
+		echo "installing containernetworking-plugins iproute2 (apt)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iproute2; \
+	fi
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+test: fmt-check vet build
+	$(GO) test -race -count=1 -timeout 30m ./...
