@@ -18,10 +18,19 @@ type Timeline struct {
 	ClockOffsetNS int64     `json:"clock_offset_ns,omitempty"`
 	Started       time.Time `json:"started"`
 
+	// PrestopCalled is the first GET /prestop (the kubelet's preStop httpGet);
+	// PrestopCalls counts every call, the first included.
 	PrestopCalled *time.Time `json:"prestop_called,omitempty"`
-	Sigterm       *time.Time `json:"sigterm,omitempty"`
-	Released      *time.Time `json:"released,omitempty"`
-	Exit          *time.Time `json:"exit,omitempty"`
+	PrestopCalls  int64      `json:"prestop_calls,omitempty"`
+	// Sigterm is when the probe saw SIGTERM (or SIGINT).
+	Sigterm *time.Time `json:"sigterm,omitempty"`
+	// Released is the first POST /release; HoldExpired is set instead when
+	// --hold ran out first.
+	Released    *time.Time `json:"released,omitempty"`
+	HoldExpired *time.Time `json:"hold_expired,omitempty"`
+	// Exit is stamped after the server has drained, just before the
+	// termination message is written.
+	Exit *time.Time `json:"exit,omitempty"`
 
 	// Accepts and Requests count everything; the Traffic* fields count only
 	// connections/requests that carried traffic (not /healthz, /timeline,
@@ -45,8 +54,12 @@ type Timeline struct {
 
 	// Peers is per peer IP address (not port), capped; PeersOverflow counts
 	// accepts from peers beyond the cap.
+	// Peers are ordered by latest activity first (traffic request, then any
+	// request, then accept). PeersOmitted counts peers left out of this
+	// rendering to fit the 4 KiB termination message (the oldest go first).
 	Peers         []Peer `json:"peers,omitempty"`
 	PeersOverflow int64  `json:"peers_overflow,omitempty"`
+	PeersOmitted  int    `json:"peers_omitted,omitempty"`
 }
 
 // Peer is what one peer IP address sent.

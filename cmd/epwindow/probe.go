@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/epwindow/epwindow/probe"
+)
+
+// Probe flag names.
+const (
+	flagListen            = "listen"
+	flagPodName           = "pod-name"
+	flagHold              = "hold"
+	flagExitOnSigterm     = "exit-on-sigterm"
+	flagReadyAfterSigterm = "ready-after-sigterm"
+	flagClockOffset       = "clock-offset"
+	flagTerminationLog    = "termination-log"
+	flagMaxPeers          = "max-peers"
+	flagShutdownTimeout   = "shutdown-timeout"
+)
+
+func probeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "probe",
+		Usage: "serve as the measured pod and record the last connection and request that reach it",
+		UsageText: `epwindow probe [options]
+
+   # What a probe Deployment's container runs (POD_NAME from the downward API):
+   epwindow probe --listen :8080 --hold 90s
+
+   # Try it locally:
+   epwindow probe --listen 127.0.0.1:8080 --pod-name demo --termination-log /tmp/demo.json &
+   curl -i 127.0.0.1:8080/                    # 200, X-Epwindow-Pod and X-Epwindow-Time headers
+   kill -TERM %1                              # keeps serving; /healthz now answers 503
+   curl -s 127.0.0.1:8080/timeline            # the record so far, JSON
+   curl -X POST 127.0.0.1:8080/release        # ends the hold: drain, write /tmp/demo.json, exit 0`,
+		Description: `The probe answers every request with 200, its pod name, and its wall clock in
+unix ns (headers X-Epwindow-Pod, X-Epwindow-Time), and records accepts and
+requests — in total, per peer IP (capped by --max-peers), and after SIGTERM —
+in bounded memory.
+
+Control endpoints, counted apart from traffic:
+   GET  /healthz   200 until SIGTERM, then 503 (the kubelet marks the pod not Ready)
+   GET  /timeline  the record as JSON (versioned; instants RFC 3339 ns)
+   GET  /clock     {"time": ..., "unix_ns": ...}
+   GET  /prestop   the preStop httpGet target: stamps prestop_called;
+                   ?sleep=5s sleeps before answering
+   POST /release   ends the hold
+
+On SIGTERM or SIGINT it keeps accepting and serving until POST /release or
+until --hold has passed, then drains in-flight requests (up to
+--shutdown-timeout), writes the record (at most 4096 bytes) to
+--termination-log and exits 0; a termination log it cannot write is logged,
+never fatal. A second signal stops it at once (the record is still written).
+--exit-on-sigterm instead closes the listener at SIGTERM: the fast-exiting app
+that causes 502s during rollouts. --clock-offset is fault injection: it shifts
+every instant the probe reports, to test skew correction.
+
+It writes nothing but the termination log, so it runs as non-root with a
+read-only root filesystem. Logs are JSON lines on stderr, one per state change
+(started, prestop, sigterm, released, hold expired, exit).`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagListen, Value: probe.DefaultListen, Usage: "TCP address to serve on"},
+			&cli.StringFlag{Name: flagPodName, EnvVars: []string{"POD_NAME"}, Usage: "name reported in responses and the record (default: the host name)"},
+			&cli.DurationFlag{Name: flagHold, Value: probe.DefaultHold, Usage: "how long to keep serving after SIGTERM unless released by POST /release"},
+			&cli.BoolFlag{Name: flagExitOnSigterm, Usage: "close the listener at SIGTERM and exit without holding (the incident's app)"},
+			&cli.BoolFlag{Name: flagReadyAfterSigterm, Usage: "keep /healthz at 200 after SIGTERM"},
+			&cli.DurationFlag{Name: flagClockOffset, Usage: "fault injection: add this (may be negative) to every instant reported"},
+			&cli.StringFlag{Name: flagTerminationLog, Value: probe.DefaultTerminationLog, Usage: "file the record is written to at exit (empty: none)"},
+			&cli.IntFlag{Name: flagMaxPeers, Value: probe.DefaultMaxPeers, Usage: "peer IP addresses recorded individually; further peers are only counted"},
+			&cli.DurationFlag{Name: flagShutdownTimeout, Value: probe.DefaultShutdownTimeout, Usage: "how long in-flight requests may take to finish at exit"},
+		},
+		Action: runProbe,
+	}
+}
+
+// probeConfig turns the probe's flags into a probe.Config.
+func probeConfig(c *cli.Context) (probe.Config, error) {
+	cfg := probe.Config{
+		Listen:            c.String(flagListen),
+		PodName:           c.String(flagPodName),
+		Hold:              c.Duration(flagHold),
+		ExitOnSigterm:     c.Bool(flagExitOnSigterm),
+		ReadyAfterSigterm: c.Bool(flagReadyAfterSigterm),
+		ClockOffset:       c.Duration(flagClockOffset),
+		TerminationLog:    c.String(flagTerminationLog),
+		MaxPeers:          c.Int(flagMaxPeers),
+		ShutdownTimeout:   c.Duration(flagShutdownTimeout),
+	}
+	if cfg.PodName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return cfg, fmt.Errorf("no --pod-name or POD_NAME, and no host name: %w", err)
+		}
+		cfg.PodName = host
+	}
+	return cfg, cfg.Validate()
+}
+
+func runProbe(c *cli.Context) error {
+	cfg, err := probeConfig(c)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("epwindow probe: %v", err), 2)
+	}
+	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, nil))
+
+	// main's signal-aware context is cancelled by the first SIGTERM, but for
+	// the probe SIGTERM starts the hold, it does not stop anything. So the
+	// probe handles SIGTERM and SIGINT itself: the first one (or main's
+	// cancellation, should a signal arrive before this Notify) starts the
+	// hold; a second signal stops the probe at once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
+	ctx, stop := context.WithCancel(context.WithoutCancel(c.Context))
+	defer stop()
+	sigterm := make(chan struct{})
+	go func() {
+		parent := c.Context.Done()
+		termed := false
+		term := func() {
+			if !termed {
+				termed = true
+				close(sigterm)
+			}
+		}
+		// One signal reaches both sigs and main's context; only sigs counts.
+		for n := 0; ; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-parent:
+				parent = nil
+				term()
+			case <-sigs:
+				if n++; n == 1 {
+					term()
+				} else {
+					stop()
+					return
+				}
+			}
+		}
+	}()
+	if err := probe.Run(ctx, cfg, sigterm, log); err != nil {
+		return cli.Exit(fmt.Sprintf("epwindow probe: %v", err), 1)
+	}
+	return nil
+}

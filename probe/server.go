@@ -1,0 +1,381 @@
+package probe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Control paths: requests to them are counted as requests but not as
+// traffic, so that the kubelet's probes and the tool's reads never extend
+// the window they measure.
+const (
+	PathHealthz  = "/healthz"
+	PathTimeline = "/timeline"
+	PathClock    = "/clock"
+	PathPrestop  = "/prestop"
+	PathRelease  = "/release"
+)
+
+// Response headers on every response.
+const (
+	// HeaderPod names the pod that answered (--pod-name).
+	HeaderPod = "X-Epwindow-Pod"
+	// HeaderTime is the probe's wall clock (plus --clock-offset) in unix ns,
+	// taken as late as possible before the response is written; the load
+	// generator estimates clock skew from it.
+	HeaderTime = "X-Epwindow-Time"
+)
+
+// Config is the probe's typed configuration (cmd/epwindow's probe flags).
+type Config struct {
+	// Listen is the TCP address to serve on (--listen).
+	Listen string
+	// PodName is reported in every response and the timeline (--pod-name).
+	PodName string
+	// Hold is how long to keep serving after SIGTERM unless released (--hold).
+	Hold time.Duration
+	// ExitOnSigterm closes the listener at SIGTERM and exits without holding:
+	// the fast-exiting app of the incidents (--exit-on-sigterm).
+	ExitOnSigterm bool
+	// ReadyAfterSigterm keeps /healthz at 200 after SIGTERM
+	// (--ready-after-sigterm); by default it turns 503, so the kubelet marks
+	// the pod not Ready and its endpoint stops serving.
+	ReadyAfterSigterm bool
+	// ClockOffset is added to every instant reported: fault injection for
+	// skew tests (--clock-offset).
+	ClockOffset time.Duration
+	// TerminationLog is where the timeline goes at exit (--termination-log);
+	// empty: nowhere.
+	TerminationLog string
+	// MaxPeers caps the per-peer records (--max-peers).
+	MaxPeers int
+	// ShutdownTimeout bounds the graceful drain of in-flight requests
+	// (--shutdown-timeout); connections still busy after it are closed.
+	ShutdownTimeout time.Duration
+	// Clock is the probe's clock; nil means the real one. Tests inject a fake.
+	Clock clock.Clock
+}
+
+// Defaults of the probe's flags.
+const (
+	DefaultListen          = ":8080"
+	DefaultHold            = 60 * time.Second
+	DefaultTerminationLog  = "/dev/termination-log"
+	DefaultMaxPeers        = 1024
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
+// Validate checks the configuration; errors name the flag to change.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Listen == "" {
+		errs = append(errs, errors.New("--listen must not be empty (e.g. :8080)"))
+	}
+	if c.PodName == "" {
+		errs = append(errs, errors.New("--pod-name (or POD_NAME) must not be empty"))
+	}
+	if c.Hold < 0 {
+		errs = append(errs, fmt.Errorf("--hold (%s) must not be negative", c.Hold))
+	}
+	if c.MaxPeers < 0 {
+		errs = append(errs, fmt.Errorf("--max-peers (%d) must not be negative", c.MaxPeers))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout (%s) must be positive", c.ShutdownTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Run listens on cfg.Listen and serves until done (see Serve).
+func Run(ctx context.Context, cfg Config, sigterm <-chan struct{}, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %q (--listen): %w", cfg.Listen, err)
+	}
+	return Serve(ctx, ln, cfg, sigterm, log)
+}
+
+// Serve runs the probe on ln (cfg.Listen is ignored) until it is done, and
+// closes ln.
+//
+// When sigterm is closed (or receives) the probe stamps SIGTERM, turns
+// /healthz to 503 (unless cfg.ReadyAfterSigterm) and keeps serving until POST
+// /release or until cfg.Hold has passed; a release that came before SIGTERM
+// ends the hold at once. With cfg.ExitOnSigterm it closes the listener at
+// SIGTERM instead. Then it drains (in-flight requests finish, bounded by
+// cfg.ShutdownTimeout), stamps Exit and writes the timeline to
+// cfg.TerminationLog; a failure to write is logged, not returned.
+//
+// Cancelling ctx means "stop now" (a second signal): the server is closed
+// without draining, and the termination message is still written. Serve
+// returns nil in all these cases; it returns an error only if serving fails.
+func Serve(ctx context.Context, ln net.Listener, cfg Config, sigterm <-chan struct{}, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		ln.Close()
+		return err
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	p := &server{
+		cfg:      cfg,
+		clk:      clk,
+		rec:      NewRecorder(clk, cfg.PodName, cfg.ClockOffset, cfg.MaxPeers),
+		log:      log,
+		podValue: []string{cfg.PodName},
+		podBody:  []byte(cfg.PodName + "\n"),
+		released: make(chan struct{}),
+	}
+	srv := &http.Server{
+		Handler:           p,
+		ConnContext:       p.connContext,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("started", "pod", cfg.PodName, "addr", ln.Addr().String(), "hold", cfg.Hold.String(),
+		"exit_on_sigterm", cfg.ExitOnSigterm, "clock_offset", cfg.ClockOffset.String())
+
+	fail := func(err error) error {
+		srv.Close()
+		p.finish("serve failed")
+		return fmt.Errorf("serve on %s: %w", ln.Addr(), err)
+	}
+
+	// Before SIGTERM.
+	select {
+	case err := <-serveErr:
+		return fail(err)
+	case <-ctx.Done():
+		srv.Close()
+		p.finish("stopped before sigterm")
+		return nil
+	case <-sigterm:
+	}
+	at, _ := p.rec.Sigterm()
+	p.terminating.Store(true)
+
+	if cfg.ExitOnSigterm {
+		// Close the listener before anything else, so that new connections
+		// are refused from here on (and before the log line says so);
+		// in-flight requests still finish in the drain.
+		_ = ln.Close()
+		log.Info("sigterm", "at", at, "exit_on_sigterm", true, "listener_closed", true)
+		p.shutdown(ctx, srv)
+		p.finish("exit on sigterm")
+		return nil
+	}
+	log.Info("sigterm", "at", at, "hold", cfg.Hold.String(), "ready_after_sigterm", cfg.ReadyAfterSigterm)
+
+	hold := clk.NewTimer(cfg.Hold)
+	defer hold.Stop()
+	select {
+	case <-p.released:
+		// Logged by the handler, where it was stamped.
+	case <-hold.C():
+		log.Info("hold expired", "at", p.rec.HoldExpired(), "hold", cfg.Hold.String())
+	case err := <-serveErr:
+		return fail(err)
+	case <-ctx.Done():
+		srv.Close()
+		p.finish("stopped during hold")
+		return nil
+	}
+	p.shutdown(ctx, srv)
+	p.finish("drained")
+	return nil
+}
+
+// server is the probe's HTTP handler and its state.
+type server struct {
+	cfg         Config
+	clk         clock.Clock
+	rec         *Recorder
+	log         *slog.Logger
+	podValue    []string // shared header value; net/http never mutates it
+	podBody     []byte
+	terminating atomic.Bool
+
+	releaseOnce sync.Once
+	released    chan struct{}
+}
+
+// shutdown drains srv (Shutdown closes the listener first, then waits for
+// in-flight requests) within cfg.ShutdownTimeout, then closes what is left.
+// Cancelling ctx cuts the drain short.
+func (p *server) shutdown(ctx context.Context, srv *http.Server) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		p.log.Warn("drain incomplete, closing remaining connections", "shutdown_timeout", p.cfg.ShutdownTimeout.String())
+	case errors.Is(err, context.Canceled):
+		p.log.Warn("drain cut short by a second signal, closing remaining connections")
+	}
+	// Shutdown may also fail because the listener was already closed
+	// (--exit-on-sigterm); either way nothing may outlive Serve.
+	srv.Close()
+}
+
+// finish stamps Exit, writes the termination message and logs the exit.
+func (p *server) finish(reason string) {
+	at := p.rec.Exit()
+	tl := p.rec.Timeline()
+	if path := p.cfg.TerminationLog; path != "" {
+		if err := WriteTerminationLog(path, tl); err != nil {
+			p.log.Warn("termination message not written", "err", err.Error())
+		}
+	}
+	p.log.Info("exit", "at", at, "reason", reason, "accepts", tl.Accepts, "requests", tl.Requests,
+		"traffic_accepts_after_sigterm", tl.TrafficAcceptsAfterSigterm,
+		"traffic_requests_after_sigterm", tl.TrafficRequestsAfterSigterm)
+}
+
+type connKey struct{}
+
+// connContext stamps the accept: http.Server calls it on its accept loop
+// right after Listener.Accept returns (net/http server.go, Serve).
+func (p *server) connContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, p.rec.Accept(peerAddr(c)))
+}
+
+// peerAddr is the connection's remote IP (the port is dropped: one peer is
+// one address, however many connections it opens).
+func peerAddr(c net.Conn) netip.Addr {
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap()
+	}
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+// ServeHTTP answers traffic on every path but the control paths.
+func (p *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, _ := r.Context().Value(connKey{}).(*Conn)
+	if c == nil { // not served by Serve's http.Server (e.g. httptest)
+		c = &Conn{}
+	}
+	switch r.URL.Path {
+	case PathHealthz:
+		p.rec.Request(c, false)
+		if p.terminating.Load() && !p.cfg.ReadyAfterSigterm {
+			p.reply(w, http.StatusServiceUnavailable, "text/plain; charset=utf-8", []byte("terminating\n"))
+			return
+		}
+		p.reply(w, http.StatusOK, "text/plain; charset=utf-8", []byte("ok\n"))
+	case PathTimeline:
+		p.rec.Request(c, false)
+		if !getOrHead(w, r) {
+			return
+		}
+		b, err := json.Marshal(p.rec.Timeline())
+		if err != nil {
+			http.Error(w, "encode timeline", http.StatusInternalServerError)
+			return
+		}
+		p.reply(w, http.StatusOK, "application/json", append(b, '\n'))
+	case PathClock:
+		p.rec.Request(c, false)
+		if !getOrHead(w, r) {
+			return
+		}
+		now := p.rec.Now()
+		b, _ := json.Marshal(clockReply{Time: now.Round(0), UnixNS: now.UnixNano()})
+		p.reply(w, http.StatusOK, "application/json", append(b, '\n'))
+	case PathPrestop:
+		p.rec.Request(c, false)
+		p.prestop(w, r)
+	case PathRelease:
+		p.rec.Request(c, false)
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "POST "+PathRelease+" ends the hold", http.StatusMethodNotAllowed)
+			return
+		}
+		at, first := p.rec.Release()
+		if first {
+			p.releaseOnce.Do(func() { close(p.released) })
+			p.log.Info("released", "at", at, "after_sigterm", p.terminating.Load())
+		}
+		p.reply(w, http.StatusOK, "text/plain; charset=utf-8", []byte("released\n"))
+	default:
+		p.rec.Request(c, true)
+		p.reply(w, http.StatusOK, "text/plain; charset=utf-8", p.podBody)
+	}
+}
+
+// clockReply is GET /clock's body.
+type clockReply struct {
+	Time   time.Time `json:"time"`
+	UnixNS int64     `json:"unix_ns"`
+}
+
+// prestop stamps PrestopCalled (first call wins) and, with ?sleep=D, sleeps D
+// before answering, so the same binary serves a sleeping-preStop workload.
+func (p *server) prestop(w http.ResponseWriter, r *http.Request) {
+	var sleep time.Duration
+	if s := r.URL.Query().Get("sleep"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			http.Error(w, fmt.Sprintf("sleep=%q: want a non-negative duration such as 5s", s), http.StatusBadRequest)
+			return
+		}
+		sleep = d
+	}
+	at, first := p.rec.Prestop()
+	p.log.Info("prestop", "at", at, "first", first, "sleep", sleep.String())
+	if sleep > 0 {
+		t := p.clk.NewTimer(sleep)
+		select {
+		case <-t.C():
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	p.reply(w, http.StatusOK, "text/plain; charset=utf-8", []byte("prestop\n"))
+}
+
+// reply writes a response with the probe's headers; the time header is
+// taken last, just before the header is written.
+func (p *server) reply(w http.ResponseWriter, code int, contentType string, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = []string{contentType}
+	h[HeaderPod] = p.podValue
+	var buf [20]byte
+	h[HeaderTime] = []string{string(strconv.AppendInt(buf[:0], p.rec.Now().UnixNano(), 10))}
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// getOrHead answers 405 to anything but GET and HEAD.
+func getOrHead(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	return false
+}
