@@ -30,11 +30,11 @@ type Recorder struct {
 	mu sync.Mutex
 	// Zero instants mean "not yet".
 	started, prestop, sigterm, released, holdExpired, exit time.Time
-	prestopCalls                                            int64
+	prestopCalls                                           int64
 
 	accepts, requests, trafficAccepts, trafficRequests int64
-	firstAccept, lastAccept, lastRequest                time.Time
-	lastTrafficAccept, lastTrafficRequest               time.Time
+	firstAccept, lastAccept, lastRequest               time.Time
+	lastTrafficAccept, lastTrafficRequest              time.Time
 
 	acceptsAfter, requestsAfter, trafficAcceptsAfter, trafficRequestsAfter int64
 

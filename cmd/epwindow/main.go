@@ -17,9 +17,9 @@ var version = "dev"
 
 func newApp() *cli.App {
 	return &cli.App{
-		Name:     "epwindow",
-		Usage:    "measure how long a deleted pod is still routed to, and the preStop that covers it",
-		Version:  version,
+		Name:    "epwindow",
+		Usage:   "measure how long a deleted pod is still routed to, and the preStop that covers it",
+		Version: version,
 		Commands: []*cli.Command{
 			// One constructor per subcommand, each in its own file.
 			probeCommand(),
