@@ -1,0 +1,179 @@
+package measure
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+)
+
+// Mode is how trials are produced.
+type Mode string
+
+// The trial modes.
+const (
+	// ModeDelete deletes one probe pod at a time (maxUnavailable 1).
+	ModeDelete Mode = "delete"
+	// ModeRollout restarts the Deployment and counts every replaced pod as a trial.
+	ModeRollout Mode = "rollout"
+)
+
+// Flag names the configuration comes from; Validate's messages name them so a
+// user knows what to change.
+const (
+	FlagTrials       = "trials"
+	FlagReplicas     = "replicas"
+	FlagMode         = "mode"
+	FlagIngressClass = "ingress-class"
+	FlagHost         = "host"
+	FlagURL          = "url"
+	FlagObserver     = "observer"
+	FlagRate         = "rate"
+	FlagKeepAlive    = "keepalive"
+	FlagHold         = "hold"
+	FlagQuietPeriod  = "quiet-period"
+	FlagImage        = "image"
+	FlagOut          = "out"
+	FlagKeep         = "keep"
+	FlagGraceMargin  = "grace-margin"
+	FlagMaxSkew      = "max-skew-uncertainty"
+	FlagSettle       = "settle-timeout"
+	FlagPreStop      = "prestop"
+	FlagPreStopSleep = "prestop-sleep"
+	FlagExitOnTerm   = "exit-on-sigterm"
+	FlagClockOffset  = "probe-clock-offset"
+	FlagDrain        = "drain"
+)
+
+// Config is one measurement run, typed and validated.
+type Config struct {
+	// Client talks to the cluster; RESTConfig is what it was built from
+	// (port-forwarding observers need it).
+	Client     kubernetes.Interface
+	RESTConfig *rest.Config
+
+	Trials   int
+	Replicas int32
+	Mode     Mode
+
+	// IngressClass is the class of the Ingress created for the probe ("" for
+	// the cluster's default class); Host its rule's host.
+	IngressClass string
+	Host         string
+	// URL is the ingress as reachable from where the tool runs; load goes there.
+	URL *url.URL
+
+	// Observer is the upstream observer kind ("auto", "skipper", "none", ...).
+	Observer string
+	// ObserverURL is the observer's endpoint where it is read over HTTP
+	// (Skipper's routes URL).
+	ObserverURL string
+	// ObserverInterval is how often observers are polled.
+	ObserverInterval time.Duration
+
+	Rate      float64
+	KeepAlive bool
+
+	// Hold bounds how long a deleted probe keeps serving (its --hold); the tool
+	// releases it earlier, once its address is gone from every observed
+	// upstream list and no traffic reached it for QuietPeriod.
+	Hold        time.Duration
+	QuietPeriod time.Duration
+	// GraceMargin is added to Hold for the pod's terminationGracePeriodSeconds.
+	GraceMargin time.Duration
+	// SettleTimeout bounds each wait for steady state.
+	SettleTimeout time.Duration
+	// MaxSkewUncertainty marks a trial invalid when the probe clock's offset
+	// is known less precisely than this.
+	MaxSkewUncertainty time.Duration
+
+	Image string
+	Keep  bool
+
+	// PreStop makes the probe pods carry the preStop httpGet to /prestop;
+	// PreStopSleep makes that hook sleep (applying a recommendation).
+	PreStop      bool
+	PreStopSleep time.Duration
+	// ExitOnSigterm runs the probe as the fast-exiting app of the incidents.
+	ExitOnSigterm bool
+	// ProbeClockOffset is fault injection: every probe reports its clock off
+	// by this much (tests of the skew correction).
+	ProbeClockOffset time.Duration
+	// Drain is the longest request the app must finish after traffic ends;
+	// the recommendation adds it to the grace period.
+	Drain time.Duration
+
+	// Clock stamps every tool-clock stage.
+	Clock clock.Clock
+}
+
+// Validate checks the fields and their combinations; messages name the flag
+// to change.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Client == nil {
+		add("no cluster client: check --kubeconfig / --context")
+	}
+	if c.Trials < 1 {
+		add("--%s (%d) must be at least 1", FlagTrials, c.Trials)
+	}
+	if c.Replicas < 2 {
+		add("--%s (%d) must be at least 2: with one replica a deletion leaves nothing to route to", FlagReplicas, c.Replicas)
+	}
+	switch c.Mode {
+	case ModeDelete, ModeRollout:
+	default:
+		add("--%s %q: want %q or %q", FlagMode, c.Mode, ModeDelete, ModeRollout)
+	}
+	if c.URL == nil {
+		add("--%s is required: the ingress as reachable from here, e.g. http://127.0.0.1:9090", FlagURL)
+	} else if c.URL.Scheme != "http" && c.URL.Scheme != "https" || c.URL.Host == "" {
+		add("--%s %q: want an http:// or https:// URL with a host", FlagURL, c.URL)
+	}
+	if c.Rate <= 0 {
+		add("--%s (%g) must be above 0 requests per second", FlagRate, c.Rate)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{FlagHold, c.Hold}, {FlagQuietPeriod, c.QuietPeriod}, {FlagGraceMargin, c.GraceMargin},
+		{FlagSettle, c.SettleTimeout}, {FlagMaxSkew, c.MaxSkewUncertainty}, {FlagPreStopSleep, c.PreStopSleep}, {FlagDrain, c.Drain}} {
+		if d.v < 0 {
+			add("--%s (%s) must not be negative", d.flag, d.v)
+		}
+	}
+	if c.QuietPeriod <= 0 {
+		add("--%s (%s) must be above 0", FlagQuietPeriod, c.QuietPeriod)
+	}
+	if c.Hold <= c.QuietPeriod {
+		add("--%s (%s) must exceed --%s (%s): the probe must outlive the quiet period", FlagHold, c.Hold, FlagQuietPeriod, c.QuietPeriod)
+	}
+	if c.PreStopSleep > 0 && !c.PreStop {
+		add("--%s needs --%s", FlagPreStopSleep, FlagPreStop)
+	}
+	if c.PreStopSleep >= c.Hold && c.Hold > 0 {
+		add("--%s (%s) must be shorter than --%s (%s)", FlagPreStopSleep, c.PreStopSleep, FlagHold, c.Hold)
+	}
+	if c.Image == "" {
+		add("--%s must name the probe image", FlagImage)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	return errors.Join(errs...)
+}
+
+// GracePeriod is the probe pods' terminationGracePeriodSeconds: the hold plus
+// the margin, rounded up to whole seconds (the field is an integer).
+func (c *Config) GracePeriod() time.Duration {
+	g := c.Hold + c.GraceMargin
+	if r := g % time.Second; r != 0 {
+		g += time.Second - r
+	}
+	return g
+}

@@ -1,0 +1,67 @@
+package measure
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func validConfig() Config {
+	u, _ := url.Parse("http://127.0.0.1:9090")
+	return Config{
+		Client: fake.NewClientset(), Trials: 20, Replicas: 3, Mode: ModeDelete, URL: u, Rate: 50,
+		Hold: 60 * time.Second, QuietPeriod: 5 * time.Second, GraceMargin: 10 * time.Second,
+		SettleTimeout: 2 * time.Minute, MaxSkewUncertainty: 50 * time.Millisecond, Image: "epwindow:dev", PreStop: true,
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string // substring of the error; "" means valid
+	}{
+		{"defaults are valid", func(*Config) {}, ""},
+		{"zero trials", func(c *Config) { c.Trials = 0 }, "--trials (0) must be at least 1"},
+		{"one replica", func(c *Config) { c.Replicas = 1 }, "--replicas (1) must be at least 2"},
+		{"unknown mode", func(c *Config) { c.Mode = "chaos" }, `--mode "chaos"`},
+		{"no url", func(c *Config) { c.URL = nil }, "--url is required"},
+		{"url without scheme", func(c *Config) { c.URL, _ = url.Parse("127.0.0.1:9090") }, "--url"},
+		{"zero rate", func(c *Config) { c.Rate = 0 }, "--rate (0) must be above 0"},
+		{"hold shorter than quiet period", func(c *Config) { c.Hold = 3 * time.Second }, "--hold (3s) must exceed --quiet-period (5s)"},
+		{"negative hold", func(c *Config) { c.Hold = -time.Second }, "--hold (-1s) must not be negative"},
+		{"negative drain", func(c *Config) { c.Drain = -time.Second }, "--drain (-1s) must not be negative"},
+		{"zero quiet period", func(c *Config) { c.QuietPeriod = 0 }, "--quiet-period (0s) must be above 0"},
+		{"sleep without prestop", func(c *Config) { c.PreStop = false; c.PreStopSleep = time.Second }, "--prestop-sleep needs --prestop"},
+		{"sleep longer than hold", func(c *Config) { c.PreStopSleep = time.Minute }, "--prestop-sleep (1m0s) must be shorter than --hold (1m0s)"},
+		{"no image", func(c *Config) { c.Image = "" }, "--image must name the probe image"},
+		{"no client", func(c *Config) { c.Client = nil }, "--kubeconfig"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestGracePeriodRoundsUp(t *testing.T) {
+	c := validConfig()
+	c.Hold, c.GraceMargin = 1500*time.Millisecond, 10*time.Second
+	if got := c.GracePeriod(); got != 12*time.Second {
+		t.Fatalf("GracePeriod() = %s, want 12s", got)
+	}
+}
