@@ -1,0 +1,161 @@
+package probe
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// fullTimeline records something in every field of a Timeline, with peers
+// peers, each on its own second so their order is known.
+func fullTimeline(t *testing.T, peers int) Timeline {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(t0)
+	r := NewRecorder(clk, "probe-7c9d8b6f5-x2x9q", 1500*time.Millisecond, peers)
+	for i := 0; i < peers; i++ {
+		clk.SetTime(at(time.Duration(i) * time.Second))
+		c := r.Accept(netip.AddrFrom4([4]byte{10, 244, byte(i >> 8), byte(i)}))
+		r.Request(c, i%2 == 0)
+		r.Request(c, false)
+	}
+	clk.SetTime(at(time.Duration(peers)*time.Second + 123456789))
+	r.Prestop()
+	r.Sigterm()
+	c := r.Accept(netip.MustParseAddr("10.244.9.9"))
+	r.Request(c, true)
+	r.Release()
+	r.HoldExpired()
+	r.Exit()
+	r.Accept(netip.MustParseAddr("10.245.0.1")) // beyond the cap
+	return r.Timeline()
+}
+
+func TestTimelineRoundTrip(t *testing.T) {
+	want := fullTimeline(t, 3)
+	b, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every field is set, so every field is exercised by the round trip.
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		t.Fatal(err)
+	}
+	typ := reflect.TypeOf(Timeline{})
+	for i := 0; i < typ.NumField(); i++ {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		if _, ok := fields[name]; !ok && name != "peers_omitted" {
+			t.Errorf("field %q not set by the test timeline: %s", name, b)
+		}
+	}
+	if !strings.Contains(string(b), `"sigterm":"2026-11-29T12:00:04.623456789Z"`) {
+		t.Errorf("instants are not RFC 3339 with ns (offset included): %s", b)
+	}
+
+	got, err := ParseTimeline(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.Marshal(got)
+		t.Errorf("round trip changed the timeline:\n got %s\nwant %s", g, b)
+	}
+}
+
+func TestParseTimelineRejects(t *testing.T) {
+	for name, in := range map[string]string{
+		"not json":      `{"version":`,
+		"wrong version": `{"version":2,"pod":"p"}`,
+		"no version":    `{"pod":"p"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ParseTimeline([]byte(in)); err == nil {
+				t.Errorf("ParseTimeline(%s) = nil error", in)
+			}
+		})
+	}
+}
+
+func TestTerminationMessageFitsAndKeepsLatestPeers(t *testing.T) {
+	for _, peers := range []int{0, 3, 1024} {
+		t.Run(fmt.Sprintf("peers=%d", peers), func(t *testing.T) {
+			tl := fullTimeline(t, peers)
+			b, err := TerminationMessage(tl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) > MaxTerminationMessage {
+				t.Fatalf("termination message is %d bytes, over %d", len(b), MaxTerminationMessage)
+			}
+			got, err := ParseTimeline(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.PeersOmitted+len(got.Peers) != len(tl.Peers) {
+				t.Errorf("kept %d + omitted %d peers, had %d", len(got.Peers), got.PeersOmitted, len(tl.Peers))
+			}
+			if !reflect.DeepEqual(got.Peers, tl.Peers[:len(got.Peers)]) {
+				t.Errorf("kept peers are not the latest ones first")
+			}
+			if got.Sigterm == nil || got.TrafficAcceptsAfterSigterm != tl.TrafficAcceptsAfterSigterm || got.Accepts != tl.Accepts {
+				t.Errorf("totals or instants lost in trimming: %s", b)
+			}
+			if peers == 1024 {
+				if got.PeersOmitted == 0 {
+					t.Errorf("1024 peers fit in 4 KiB? %d bytes", len(b))
+				}
+				// Trimming is tight: one more peer would not have fitted.
+				more := got
+				more.Peers = tl.Peers[:len(got.Peers)+1]
+				more.PeersOmitted--
+				if m, _ := json.Marshal(more); len(m) <= MaxTerminationMessage {
+					t.Errorf("trimmed to %d peers but %d fit (%d bytes)", len(got.Peers), len(more.Peers), len(m))
+				}
+			}
+		})
+	}
+}
+
+func TestTerminationMessageTooLong(t *testing.T) {
+	tl := fullTimeline(t, 0)
+	tl.Pod = strings.Repeat("p", MaxTerminationMessage)
+	if _, err := TerminationMessage(tl); err == nil || !strings.Contains(err.Error(), "--pod-name") {
+		t.Errorf("err = %v, want one naming --pod-name", err)
+	}
+}
+
+func TestWriteTerminationLog(t *testing.T) {
+	tl := fullTimeline(t, 3)
+	path := filepath.Join(t.TempDir(), "termination-log")
+	// The kubelet's file exists (bind mount) and may hold an older message.
+	if err := os.WriteFile(path, []byte(strings.Repeat("x", 8000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteTerminationLog(path, tl); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseTimeline(b)
+	if err != nil {
+		t.Fatalf("file does not hold the timeline alone: %v", err)
+	}
+	if !reflect.DeepEqual(got, tl) {
+		t.Errorf("written timeline differs: %s", b)
+	}
+
+	err = WriteTerminationLog(filepath.Join(t.TempDir(), "missing", "termination-log"), tl)
+	if err == nil || !strings.Contains(err.Error(), "--termination-log") {
+		t.Errorf("err = %v, want one naming --termination-log", err)
+	}
+}
