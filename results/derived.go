@@ -1,0 +1,191 @@
+package results
+
+import (
+	"time"
+)
+
+// PointWindow names the end of the propagation window: the last traffic
+// that reached the probe, max(last_accept over peers, last_request). Its
+// offset from T0 is the window (DESIGN.md "The window").
+const PointWindow = "window"
+
+// keyedStages are the stages recorded once per key; a lookup by name
+// without a key answers their latest instance, the one that ends the stage
+// for every key (the last controller replica to drop the address, the last
+// peer to open a connection).
+var keyedStages = map[string]bool{
+	StageUpstreamLastSeen: true,
+	StageUpstreamRemoved:  true,
+	StageLastAccept:       true,
+}
+
+// Keyed reports whether a stage is recorded per key.
+func Keyed(name string) bool { return keyedStages[name] }
+
+// offset is the stage's offset from T0. OffsetNS is authoritative; a writer
+// that left it zero while At and T0 differ gets it computed from At.
+func (r *Record) offset(s Stage) time.Duration {
+	if s.OffsetNS == 0 && !s.At.IsZero() && !r.T0.IsZero() && !s.At.Equal(r.T0) {
+		return s.At.Sub(r.T0)
+	}
+	return s.Offset()
+}
+
+// Stage returns the first instance of the named stage.
+func (r *Record) Stage(name string) (Stage, bool) {
+	for _, s := range r.Stages {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Stage{}, false
+}
+
+// StageKey returns the instance of a keyed stage for one key.
+func (r *Record) StageKey(name, key string) (Stage, bool) {
+	for _, s := range r.Stages {
+		if s.Name == name && s.Key == key {
+			return s, true
+		}
+	}
+	return Stage{}, false
+}
+
+// Instances returns every instance of the named stage, in record order.
+func (r *Record) Instances(name string) []Stage {
+	var out []Stage
+	for _, s := range r.Stages {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// StageMax returns the instance of the named stage with the latest offset.
+func (r *Record) StageMax(name string) (Stage, bool) {
+	var best Stage
+	found := false
+	for _, s := range r.Stages {
+		if s.Name != name {
+			continue
+		}
+		if !found || r.offset(s) > r.offset(best) {
+			best, found = s, true
+		}
+	}
+	return best, found
+}
+
+// Offset is the named stage's offset from T0: the latest instance for keyed
+// stages, the first otherwise. delete_sent is T0 itself.
+func (r *Record) Offset(name string) (time.Duration, bool) {
+	if name == StageDeleteSent {
+		return 0, true
+	}
+	if name == PointWindow {
+		return r.Window()
+	}
+	var s Stage
+	var ok bool
+	if Keyed(name) {
+		s, ok = r.StageMax(name)
+	} else {
+		s, ok = r.Stage(name)
+	}
+	if !ok {
+		return 0, false
+	}
+	return r.offset(s), true
+}
+
+// UpstreamRemoved is the offset at which the last observed controller
+// replica stopped routing new traffic to the pod: the max over
+// "observer/replica" keys.
+func (r *Record) UpstreamRemoved() (time.Duration, bool) {
+	return r.Offset(StageUpstreamRemoved)
+}
+
+// TrafficEnd is the offset of the last traffic that reached the probe:
+// max(last_accept over peers, last_request).
+func (r *Record) TrafficEnd() (time.Duration, bool) {
+	a, okA := r.Offset(StageLastAccept)
+	q, okQ := r.Offset(StageLastRequest)
+	switch {
+	case okA && okQ:
+		return max(a, q), true
+	case okA:
+		return a, true
+	case okQ:
+		return q, true
+	}
+	return 0, false
+}
+
+// Window is max(last_accept over peers, last_request) − T0: how long after
+// the deletion new traffic still reached the pod.
+func (r *Record) Window() (time.Duration, bool) { return r.TrafficEnd() }
+
+// AfterPrestop is the traffic end − prestop_called: what a preStop hook has
+// to cover. False when either is missing.
+func (r *Record) AfterPrestop() (time.Duration, bool) {
+	return r.between(StagePrestopCalled, PointWindow)
+}
+
+// AfterSigterm is the traffic end − sigterm: what an app without a preStop
+// hook has to keep serving after SIGTERM.
+func (r *Record) AfterSigterm() (time.Duration, bool) {
+	return r.between(StageSigterm, PointWindow)
+}
+
+// AfterTermination is what the app must cover after its termination begins:
+// AfterPrestop when the kubelet called a preStop hook, else AfterSigterm.
+// from names the stage used.
+func (r *Record) AfterTermination() (d time.Duration, from string, ok bool) {
+	if d, ok := r.AfterPrestop(); ok {
+		return d, StagePrestopCalled, true
+	}
+	if d, ok := r.AfterSigterm(); ok {
+		return d, StageSigterm, true
+	}
+	return 0, "", false
+}
+
+// Between is the duration from one named point (stage or PointWindow) to
+// another.
+func (r *Record) Between(from, to string) (time.Duration, bool) {
+	return r.between(from, to)
+}
+
+func (r *Record) between(from, to string) (time.Duration, bool) {
+	a, okA := r.Offset(from)
+	b, okB := r.Offset(to)
+	if !okA || !okB {
+		return 0, false
+	}
+	return b - a, true
+}
+
+// MaxUncertainty is the largest UncertaintyNS among the named stage's
+// instances (0 when absent).
+func (r *Record) MaxUncertainty(name string) time.Duration {
+	var u int64
+	for _, s := range r.Stages {
+		if s.Name == name {
+			u = max(u, s.UncertaintyNS)
+		}
+	}
+	return time.Duration(u)
+}
+
+// InvalidReason is the reason a trial is invalid, "unspecified" when the
+// writer gave none, and "" for a valid trial.
+func (r *Record) InvalidReason() string {
+	if r.Valid {
+		return ""
+	}
+	if r.Invalid == "" {
+		return "unspecified"
+	}
+	return r.Invalid
+}

@@ -1,0 +1,73 @@
+package results
+
+import "time"
+
+// Header is the first record of a results file: what was measured, where and
+// with which settings. Every field but Kind and Schema is optional for a
+// reader: a report renders whatever the header carries.
+type Header struct {
+	Kind Kind `json:"kind"` // KindHeader
+	// Schema is SchemaVersion of the writer.
+	Schema      int       `json:"schema"`
+	ToolVersion string    `json:"tool_version,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
+	// ServerVersion is the cluster's API server version (GitVersion).
+	ServerVersion string `json:"server_version,omitempty"`
+	// Cluster names the cluster as the user knows it (kubeconfig context).
+	Cluster string  `json:"cluster,omitempty"`
+	Ingress Ingress `json:"ingress"`
+	// Observers are the upstream observers of the run; their Resolution
+	// bounds the recommendation's margin from below.
+	Observers []Observer `json:"observers,omitempty"`
+	// Mode is "delete" (one pod at a time) or "rollout".
+	Mode      string `json:"mode,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Replicas  int    `json:"replicas,omitempty"`
+	// Rate is the load generator's requests per second; Keepalive whether
+	// it reused connections.
+	Rate      float64 `json:"rate,omitempty"`
+	Keepalive bool    `json:"keepalive,omitempty"`
+	// DrainNS is --drain, the longest request the app must finish after
+	// SIGTERM; it feeds terminationGracePeriodSeconds.
+	DrainNS int64 `json:"drain_ns,omitempty"`
+	// DeregistrationDelayNS is a load balancer's deregistration delay when
+	// one applies (e.g. AWS target groups): preStop must exceed it.
+	DeregistrationDelayNS int64 `json:"deregistration_delay_ns,omitempty"`
+	// Flags are the command-line flags of the run, as given.
+	Flags map[string]string `json:"flags,omitempty"`
+}
+
+// Ingress is the ingress controller the traffic went through.
+type Ingress struct {
+	Class      string `json:"class,omitempty"`
+	Controller string `json:"controller,omitempty"`
+	Version    string `json:"version,omitempty"`
+	// Settings are the controller settings that shape the window, as far
+	// as visible (e.g. "source-poll-timeout": "3000").
+	Settings map[string]string `json:"settings,omitempty"`
+}
+
+// Observer describes one upstream observer of the run.
+type Observer struct {
+	Name string `json:"name"`
+	// ResolutionNS is the observer's poll interval: how finely its
+	// upstream_removed instants resolve.
+	ResolutionNS int64             `json:"resolution_ns"`
+	Settings     map[string]string `json:"settings,omitempty"`
+}
+
+// Resolution is the observer's poll interval.
+func (o Observer) Resolution() time.Duration { return time.Duration(o.ResolutionNS) }
+
+// WorstResolution is the coarsest resolution among the header's observers,
+// 0 when there are none.
+func (h *Header) WorstResolution() time.Duration {
+	if h == nil {
+		return 0
+	}
+	var worst time.Duration
+	for _, o := range h.Observers {
+		worst = max(worst, o.Resolution())
+	}
+	return worst
+}

@@ -1,0 +1,364 @@
+package results
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Reporter renders a closed Summary.
+type Reporter func(io.Writer) error
+
+// Reporters maps each --format name to its constructor.
+var Reporters = map[string]func(*Summary) Reporter{
+	"text":     NewTextReporter,
+	"markdown": NewMarkdownReporter,
+	"json":     NewJSONReporter,
+	"csv":      NewCSVReporter,
+	"perfdata": NewPerfDataReporter,
+}
+
+// ReporterNames are the keys of Reporters, sorted.
+func ReporterNames() []string { return slices.Sorted(maps.Keys(Reporters)) }
+
+// errWriter keeps the first write error so renderers can print freely and
+// check once.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, a ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, a...)
+	}
+}
+
+// runLine describes the run in one line from the header.
+func runLine(h *Header) []string {
+	if h == nil {
+		return nil
+	}
+	var parts []string
+	if h.Cluster != "" {
+		parts = append(parts, "cluster "+h.Cluster)
+	}
+	if h.ServerVersion != "" {
+		parts = append(parts, "Kubernetes "+h.ServerVersion)
+	}
+	if in := h.Ingress; in.Controller != "" || in.Class != "" {
+		s := "ingress " + strings.TrimSpace(in.Controller+" "+in.Version)
+		if in.Class != "" {
+			s += " (class " + in.Class + ")"
+		}
+		parts = append(parts, s)
+	}
+	for _, o := range h.Observers {
+		parts = append(parts, fmt.Sprintf("observer %s every %s", o.Name, time.Duration(o.ResolutionNS)))
+	}
+	if h.Mode != "" {
+		parts = append(parts, "mode "+h.Mode)
+	}
+	if h.Replicas > 0 {
+		parts = append(parts, fmt.Sprintf("%d replicas", h.Replicas))
+	}
+	if h.Rate > 0 {
+		conn := "new connection per request"
+		if h.Keepalive {
+			conn = "keep-alive"
+		}
+		parts = append(parts, fmt.Sprintf("%s req/s, %s", trimFloat(h.Rate), conn))
+	}
+	if !h.StartedAt.IsZero() {
+		parts = append(parts, "started "+h.StartedAt.UTC().Format(time.RFC3339))
+	}
+	if h.ToolVersion != "" {
+		parts = append(parts, "epwindow "+h.ToolVersion)
+	}
+	return parts
+}
+
+// wrap joins parts with sep into lines of at most width runes (a part
+// longer than width gets a line of its own).
+func wrap(parts []string, sep string, width int) []string {
+	var lines []string
+	cur := ""
+	for _, p := range parts {
+		switch {
+		case cur == "":
+			cur = p
+		case utf8.RuneCountInString(cur+sep+p) <= width:
+			cur += sep + p
+		default:
+			lines = append(lines, cur)
+			cur = p
+		}
+	}
+	if cur != "" {
+		lines = append(lines, cur)
+	}
+	return lines
+}
+
+// plural renders "1 trial" / "2 trials".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+func trialsLine(d *SummaryDoc) string {
+	s := fmt.Sprintf("%s, %d valid", plural(d.Trials, "trial", "trials"), d.Valid)
+	if n := d.Trials - d.Valid; n > 0 {
+		var parts []string
+		for _, k := range d.InvalidSorted() {
+			parts = append(parts, fmt.Sprintf("%s ×%d", k, d.InvalidReasons[k]))
+		}
+		s += fmt.Sprintf(", %d invalid (%s)", n, strings.Join(parts, ", "))
+	}
+	if d.Interrupted {
+		s += " — INTERRUPTED run"
+	}
+	return s
+}
+
+func failuresLine(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func cell(d Dist, ns int64) string {
+	if d.N == 0 {
+		return "-"
+	}
+	return fmtDur(ns)
+}
+
+// NewTextReporter renders an aligned table for a terminal: per point and
+// per stage-to-stage delta n, p50, p90, p95, p99, max, then the
+// recommendation and its caveats.
+func NewTextReporter(s *Summary) Reporter {
+	return func(w io.Writer) error {
+		d := s.Doc()
+		e := &errWriter{w: w}
+		e.printf("epwindow report: %s\n", trialsLine(d))
+		for _, l := range wrap(runLine(s.Header), " · ", 76) {
+			e.printf("  %s\n", l)
+		}
+		width := len("offsets from T0 (delete_sent)")
+		for _, x := range append(slices.Clone(d.Stages), d.Deltas...) {
+			width = max(width, utf8.RuneCountInString(x.Name))
+		}
+		table := func(title string, rows []Dist, unc bool) {
+			e.printf("\n%s%s %4s %8s %8s %8s %8s %8s", title, strings.Repeat(" ", width-utf8.RuneCountInString(title)), "n", "p50", "p90", "p95", "p99", "max")
+			if unc {
+				e.printf(" %8s", "±")
+			}
+			e.printf("\n")
+			for _, x := range rows {
+				e.printf("%s%s %4d %8s %8s %8s %8s %8s", x.Name, strings.Repeat(" ", width-utf8.RuneCountInString(x.Name)), x.N,
+					cell(x, x.P50NS), cell(x, x.P90NS), cell(x, x.P95NS), cell(x, x.P99NS), cell(x, x.MaxNS))
+				if unc {
+					u := "-"
+					if x.MaxUncertaintyNS > 0 {
+						u = fmtDur(x.MaxUncertaintyNS)
+					}
+					e.printf(" %8s", u)
+				}
+				e.printf("\n")
+			}
+		}
+		table("offsets from T0 (delete_sent)", d.Stages, true)
+		if len(d.Deltas) > 0 {
+			table("stage to stage", d.Deltas, false)
+		}
+		e.printf("\nwindow = max(last_accept, last_request) − T0; ± is the largest error bound of a sample.\n")
+		e.printf("client failures in valid trials: %s\n", failuresLine(d.ClientFailures))
+		if r := d.Recommendation; r != nil {
+			e.printf("\nrecommendation (n=%d)\n", r.N)
+			for _, l := range r.Formula() {
+				e.printf("  %s\n", l)
+			}
+			e.printf("  p%s %s%% CI %s … %s (seeded bootstrap, %d resamples)\n",
+				trimFloat(r.Quantile*100), trimFloat(r.CILevel*100), fmtDur(r.CILoNS), fmtDur(r.CIHiNS), BootstrapResamples)
+		}
+		if c := s.Caveats(); len(c) > 0 {
+			e.printf("\ncaveats\n")
+			for _, l := range c {
+				e.printf("  - %s\n", l)
+			}
+		}
+		return e.err
+	}
+}
+
+// NewMarkdownReporter renders a self-contained section for platform docs:
+// the run, the tables, the recommended settings with their formula, and the
+// caveats.
+func NewMarkdownReporter(s *Summary) Reporter {
+	return func(w io.Writer) error {
+		d := s.Doc()
+		h := s.Header
+		e := &errWriter{w: w}
+		title := "Pod termination: the propagation window"
+		if h != nil && h.Ingress.Controller != "" {
+			title += " through " + strings.TrimSpace(h.Ingress.Controller+" "+h.Ingress.Version)
+		}
+		e.printf("## %s\n\n", title)
+		e.printf("How long a deleted pod still receives new traffic, measured with epwindow by deleting one probe pod at a time and timing every stage")
+		if h != nil && !h.StartedAt.IsZero() {
+			e.printf(" on %s", h.StartedAt.UTC().Format("2006-01-02"))
+		}
+		e.printf(": %s.\n\n", trialsLine(d))
+		if parts := runLine(h); len(parts) > 0 {
+			for _, p := range parts {
+				e.printf("- %s\n", p)
+			}
+			if h != nil && len(h.Ingress.Settings) > 0 {
+				e.printf("- controller settings: %s\n", settingsLine(h.Ingress.Settings))
+			}
+			if h != nil {
+				for _, o := range h.Observers {
+					if len(o.Settings) > 0 {
+						e.printf("- observer %s settings: %s\n", o.Name, settingsLine(o.Settings))
+					}
+				}
+			}
+			e.printf("\n")
+		}
+		if r := d.Recommendation; r != nil {
+			e.printf("### Recommended settings\n\n")
+			e.printf("```yaml\nspec:\n  terminationGracePeriodSeconds: %d\n  containers:\n  - lifecycle:\n      preStop:\n        sleep:\n          seconds: %d\n```\n\n", r.GraceSeconds, r.PreStopSeconds)
+			for _, l := range r.Formula() {
+				e.printf("- `%s`\n", l)
+			}
+			e.printf("- n = %d; p%s %s%% confidence interval %s … %s (seeded bootstrap, %d resamples)\n\n",
+				r.N, trimFloat(r.Quantile*100), trimFloat(r.CILevel*100), fmtDur(r.CILoNS), fmtDur(r.CIHiNS), BootstrapResamples)
+		}
+		mdTable := func(title string, rows []Dist) {
+			e.printf("| %s | n | p50 | p90 | p95 | p99 | max |\n|---|--:|--:|--:|--:|--:|--:|\n", title)
+			for _, x := range rows {
+				e.printf("| `%s` | %d | %s | %s | %s | %s | %s |\n", x.Name, x.N,
+					cell(x, x.P50NS), cell(x, x.P90NS), cell(x, x.P95NS), cell(x, x.P99NS), cell(x, x.MaxNS))
+			}
+			e.printf("\n")
+		}
+		e.printf("### Stages\n\n")
+		mdTable("offset from deletion (T0)", d.Stages)
+		if len(d.Deltas) > 0 {
+			mdTable("stage to stage", d.Deltas)
+		}
+		e.printf("`window` is the last new traffic the pod received (max of `last_accept`, `last_request`) after T0. Client failures in valid trials: %s.\n\n", failuresLine(d.ClientFailures))
+		if c := s.Caveats(); len(c) > 0 {
+			e.printf("### Caveats\n\n")
+			for _, l := range c {
+				e.printf("- %s\n", l)
+			}
+		}
+		return e.err
+	}
+}
+
+func settingsLine(m map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("`%s=%s`", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// JSONReport is the json report: the run's header and its summary.
+type JSONReport struct {
+	Header  *Header     `json:"header,omitempty"`
+	Summary *SummaryDoc `json:"summary"`
+}
+
+// NewJSONReporter renders the header and summary as indented JSON,
+// durations in integer nanoseconds.
+func NewJSONReporter(s *Summary) Reporter {
+	return func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(JSONReport{Header: s.Header, Summary: s.Doc()})
+	}
+}
+
+// NewCSVReporter renders every trial, valid or not, one row per trial and
+// stage (the layout Decode reads back).
+func NewCSVReporter(s *Summary) Reporter {
+	return func(w io.Writer) error {
+		enc := NewCSVEncoder(w)
+		for _, r := range s.Records() {
+			if err := enc(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// PerfData is ClusterLoader2's performance data layout, read by perfdash:
+// perf-tests clusterloader2/pkg/measurement/util/perftype.go (PerfData,
+// DataItem) and latency_metric.go (LatencyMetric.ToPerfData: Perc50/90/99
+// in "ms", labelled {"Metric": name}).
+type PerfData struct {
+	Version   string            `json:"version"`
+	DataItems []DataItem        `json:"dataItems"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// DataItem is one PerfData data point.
+type DataItem struct {
+	Data   map[string]float64 `json:"data"`
+	Unit   string             `json:"unit"`
+	Labels map[string]string  `json:"labels,omitempty"`
+}
+
+// NewPerfDataReporter renders every point and delta with samples as a
+// PerfData item: Perc50, Perc90, Perc99 in ms, labels Metric and N.
+func NewPerfDataReporter(s *Summary) Reporter {
+	return func(w io.Writer) error {
+		d := s.Doc()
+		pd := PerfData{Version: "v1", DataItems: []DataItem{}}
+		ms := func(ns int64) float64 { return float64(ns) / float64(time.Millisecond) }
+		for _, x := range append(slices.Clone(d.Stages), d.Deltas...) {
+			if x.N == 0 {
+				continue
+			}
+			pd.DataItems = append(pd.DataItems, DataItem{
+				Data:   map[string]float64{"Perc50": ms(x.P50NS), "Perc90": ms(x.P90NS), "Perc99": ms(x.P99NS)},
+				Unit:   "ms",
+				Labels: map[string]string{"Metric": x.Name, "N": fmt.Sprint(x.N)},
+			})
+		}
+		if h := s.Header; h != nil {
+			pd.Labels = map[string]string{}
+			for k, v := range map[string]string{
+				"Cluster": h.Cluster, "ServerVersion": h.ServerVersion,
+				"IngressController": h.Ingress.Controller, "IngressVersion": h.Ingress.Version,
+			} {
+				if v != "" {
+					pd.Labels[k] = v
+				}
+			}
+			if len(pd.Labels) == 0 {
+				pd.Labels = nil
+			}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(pd)
+	}
+}
