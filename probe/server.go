@@ -335,16 +335,19 @@ type clockReply struct {
 // prestop stamps PrestopCalled (first call wins) and, with ?sleep=D, sleeps D
 // before answering, so the same binary serves a sleeping-preStop workload.
 func (p *server) prestop(w http.ResponseWriter, r *http.Request) {
+	// The call is stamped even if its sleep is malformed: the kubelet did
+	// call it, and that is the instant the tool needs.
+	at, first := p.rec.Prestop()
 	var sleep time.Duration
 	if s := r.URL.Query().Get("sleep"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
+			p.log.Warn("prestop", "at", at, "first", first, "bad_sleep", s)
 			http.Error(w, fmt.Sprintf("sleep=%q: want a non-negative duration such as 5s", s), http.StatusBadRequest)
 			return
 		}
 		sleep = d
 	}
-	at, first := p.rec.Prestop()
 	p.log.Info("prestop", "at", at, "first", first, "sleep", sleep.String())
 	if sleep > 0 {
 		t := p.clk.NewTimer(sleep)
