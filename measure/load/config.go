@@ -1,0 +1,101 @@
+package load
+
+import (
+	"crypto/tls"
+	"fmt"
+	"math"
+	"net/url"
+	"time"
+)
+
+// Defaults applied by New for zero Config fields.
+const (
+	// DefaultTimeout bounds one request, connect to last body byte.
+	DefaultTimeout = 5 * time.Second
+	// DefaultFailureHistory is how many failure events are kept (16 bytes each).
+	DefaultFailureHistory = 1 << 17
+	// maxBody is how much of a response body is read (and discarded) so that
+	// a keep-alive connection can be reused; the probe's bodies are tiny.
+	maxBody = 1 << 20
+)
+
+// Config is the load to drive. Zero values of the optional fields get the
+// defaults documented on each field.
+type Config struct {
+	// URL is the ingress as reachable from where the tool runs (--url),
+	// http or https; every request is a GET of it.
+	URL string
+	// Host, if set, is sent as the Host header (and TLS server name) so the
+	// Ingress rule matches even when URL names an address (--host).
+	Host string
+	// Rate is the request rate in requests per second (--rate).
+	Rate float64
+	// KeepAlive reuses connections; false opens a new connection per
+	// request, which is what exposes refused connects to a dying pod
+	// (--keepalive).
+	KeepAlive bool
+	// Timeout bounds each request (--load-timeout); DefaultTimeout if zero.
+	Timeout time.Duration
+	// MaxConns caps requests in flight, and so connections (--load-max-conns).
+	// A request due while the cap is reached is dropped and counted, never
+	// queued. Zero means Rate × Timeout (every request may hang for the full
+	// timeout without a drop), at least 16.
+	MaxConns int
+	// FailureHistory is how many failure events are kept for Failures;
+	// DefaultFailureHistory if zero.
+	FailureHistory int
+	// TLS configures https URLs; nil uses the system roots.
+	TLS *tls.Config
+}
+
+// Validate reports the first problem with c, naming the flag to change.
+func (c Config) Validate() error {
+	if c.URL == "" {
+		return fmt.Errorf("--url is required: the ingress address as reachable from here, e.g. http://127.0.0.1:8080/")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return fmt.Errorf("--url %q: %w", c.URL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("--url %q: scheme must be http or https", c.URL)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("--url %q: no host", c.URL)
+	}
+	if math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate <= 0 {
+		return fmt.Errorf("--rate (%v) must be a positive number of requests per second", c.Rate)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("--load-timeout (%v) must not be negative", c.Timeout)
+	}
+	if c.MaxConns < 0 {
+		return fmt.Errorf("--load-max-conns (%d) must not be negative", c.MaxConns)
+	}
+	if c.FailureHistory < 0 {
+		return fmt.Errorf("failure history (%d) must not be negative", c.FailureHistory)
+	}
+	return nil
+}
+
+// withDefaults fills the zero optional fields.
+func (c Config) withDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxConns == 0 {
+		n := math.Ceil(c.Rate * c.Timeout.Seconds())
+		switch {
+		case n < 16:
+			c.MaxConns = 16
+		case n > 1<<20:
+			c.MaxConns = 1 << 20
+		default:
+			c.MaxConns = int(n)
+		}
+	}
+	if c.FailureHistory == 0 {
+		c.FailureHistory = DefaultFailureHistory
+	}
+	return c
+}

@@ -1,0 +1,360 @@
+package load
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// The probe's response headers (DESIGN.md "The probe").
+const (
+	// HeaderPod carries the name of the pod that served the response.
+	HeaderPod = "X-Epwindow-Pod"
+	// HeaderTime carries the probe's wall clock as it answered, unix ns.
+	HeaderTime = "X-Epwindow-Time"
+)
+
+// maxPods bounds the per-pod table; responses from pods beyond it count in
+// Totals.PodsOverflow only. A run sees replicas + one replacement per trial.
+const maxPods = 1 << 14
+
+// Generator sends GET requests to Config.URL at a constant rate and keeps
+// what the responses say. Its methods are safe for concurrent use; the
+// readers (Pod, Skew, Failures, Totals) may be called while Run runs.
+type Generator struct {
+	cfg    Config
+	clk    clock.PassiveClock
+	timers clock.Clock
+	url    string
+	pacer  ConstantPacer
+	client *http.Client
+	sem    chan struct{}
+
+	running atomic.Bool
+	start   atomic.Pointer[time.Time]
+	// latest is the unix ns of the latest dispatch, for Totals.Rate.
+	latest                                atomic.Int64
+	hits, sent, dropped, inFlight         atomic.Int64
+	ok, failed, unattributed, podOverflow atomic.Int64
+	latency                               histogram
+
+	mu       sync.Mutex
+	pods     map[string]*PodStats
+	failures *failureRing
+}
+
+// New checks cfg and builds a Generator. Instants are read from clk; if clk
+// is also a clock.Clock (clock.RealClock, a testing fake) its timers pace the
+// requests, otherwise the real time does.
+func New(cfg Config, clk clock.PassiveClock) (*Generator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if clk == nil {
+		return nil, errors.New("load: nil clock")
+	}
+	cfg = cfg.withDefaults()
+	timers, ok := clk.(clock.Clock)
+	if !ok {
+		timers = clock.RealClock{}
+	}
+	g := &Generator{
+		cfg:      cfg,
+		clk:      clk,
+		timers:   timers,
+		url:      cfg.URL,
+		pacer:    ConstantPacer{Rate: cfg.Rate},
+		sem:      make(chan struct{}, cfg.MaxConns),
+		pods:     map[string]*PodStats{},
+		failures: newFailureRing(cfg.FailureHistory),
+	}
+	g.client = &http.Client{
+		Transport: newTransport(cfg),
+		// Report redirects as they are instead of following them.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return g, nil
+}
+
+func newTransport(cfg Config) *http.Transport {
+	tlsConfig := cfg.TLS
+	if cfg.Host != "" && (tlsConfig == nil || tlsConfig.ServerName == "") {
+		if tlsConfig == nil {
+			tlsConfig = &tls.Config{}
+		} else {
+			tlsConfig = tlsConfig.Clone()
+		}
+		host := cfg.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		tlsConfig.ServerName = host
+	}
+	return &http.Transport{
+		// The URL is the ingress as reachable from here: no proxy.
+		Proxy:       nil,
+		DialContext: (&net.Dialer{Timeout: cfg.Timeout}).DialContext,
+		// One request per connection when KeepAlive is off: every request
+		// then needs a fresh accept, which is what a dying pod refuses.
+		DisableKeepAlives:   !cfg.KeepAlive,
+		MaxIdleConns:        cfg.MaxConns,
+		MaxIdleConnsPerHost: cfg.MaxConns,
+		MaxConnsPerHost:     cfg.MaxConns,
+		IdleConnTimeout:     90 * time.Second,
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: cfg.Timeout,
+		DisableCompression:  true,
+	}
+}
+
+// Run sends requests on the schedule until ctx is done, then waits for the
+// requests in flight (each bounded by Config.Timeout) and returns nil. A
+// request's latency counts from its scheduled instant, so a late dispatch is
+// charged to the generator. Run may be called once.
+func (g *Generator) Run(ctx context.Context) error {
+	if !g.running.CompareAndSwap(false, true) {
+		return errors.New("load: Run called twice")
+	}
+	start := g.clk.Now()
+	g.start.Store(&start)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// Requests in flight outlive ctx so that the last ones are classified
+	// by what the server did, not by our stopping.
+	reqCtx := context.WithoutCancel(ctx)
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+
+	for hits := uint64(0); ; hits++ {
+		wait, stop := g.pacer.Pace(g.clk.Since(start), hits)
+		if stop {
+			return nil
+		}
+		if wait > 0 {
+			if timer == nil {
+				timer = g.timers.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-timer.C():
+			}
+		} else if ctx.Err() != nil {
+			return nil
+		}
+		due, _ := g.pacer.Due(hits)
+		scheduled := start.Add(due)
+		g.hits.Add(1)
+		select {
+		case g.sem <- struct{}{}:
+		default:
+			// Open loop: never queue behind slow responses.
+			g.dropped.Add(1)
+			g.recordFailure(scheduled, KindDropped)
+			continue
+		}
+		g.sent.Add(1)
+		g.inFlight.Add(1)
+		g.latest.Store(g.clk.Now().UnixNano())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.hit(reqCtx, scheduled)
+			g.inFlight.Add(-1)
+			<-g.sem
+		}()
+	}
+}
+
+// hit sends one request due at scheduled and records its outcome.
+func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+
+	// s is stamped when the connection is ready, just before the request is
+	// written, and r when the first response byte arrives: the probe reads
+	// its clock between the two (see Estimate).
+	var s, r time.Time
+	trace := &httptrace.ClientTrace{
+		GotConn:              func(httptrace.GotConnInfo) { s = g.clk.Now() },
+		GotFirstResponseByte: func() { r = g.clk.Now() },
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, g.url, nil)
+	if err != nil {
+		g.finish(scheduled, KindOther)
+		return
+	}
+	if g.cfg.Host != "" {
+		req.Host = g.cfg.Host
+	}
+	req.Close = !g.cfg.KeepAlive
+	req.Header.Set("User-Agent", "epwindow-load")
+
+	before := g.clk.Now()
+	resp, err := g.client.Do(req)
+	if err != nil {
+		g.finish(scheduled, classify(err))
+		return
+	}
+	// The trace hooks ran before Do returned a response (the read loop hands
+	// the response over a channel), so s and r are safe to read here.
+	if s.IsZero() {
+		s = before
+	}
+	if r.IsZero() {
+		r = g.clk.Now()
+	}
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
+	resp.Body.Close()
+	switch {
+	case err != nil:
+		g.finish(scheduled, classify(err))
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		g.finish(scheduled, statusKind(resp.StatusCode))
+	default:
+		g.succeed(scheduled, s, r, resp.Header)
+	}
+}
+
+// finish records a failed request.
+func (g *Generator) finish(scheduled time.Time, kind string) {
+	g.latency.add(g.clk.Since(scheduled))
+	g.failed.Add(1)
+	g.recordFailure(scheduled, kind)
+}
+
+// succeed records a 2xx response whose request went out at s and whose first
+// byte came back at r.
+func (g *Generator) succeed(scheduled, s, r time.Time, h http.Header) {
+	g.latency.add(g.clk.Since(scheduled))
+	g.ok.Add(1)
+	pod := h.Get(HeaderPod)
+	if pod == "" {
+		g.unattributed.Add(1)
+		g.recordFailure(scheduled, KindUnattributed)
+		return
+	}
+	p, hasTime := parseProbeTime(h.Get(HeaderTime))
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ps := g.pods[pod]
+	if ps == nil {
+		if len(g.pods) >= maxPods {
+			g.podOverflow.Add(1)
+			return
+		}
+		ps = &PodStats{Pod: pod, FirstSent: s, First: r, LastSent: s, Last: r}
+		g.pods[pod] = ps
+	}
+	ps.Responses++
+	// Responses finish out of order: keep the extremes, not the latest call.
+	if r.Before(ps.First) {
+		ps.FirstSent, ps.First = s, r
+	}
+	if r.After(ps.Last) {
+		ps.LastSent, ps.Last = s, r
+	}
+	if hasTime {
+		ps.Skew = merge(ps.Skew, sample(s, r, p))
+	}
+}
+
+func (g *Generator) recordFailure(at time.Time, kind string) {
+	g.mu.Lock()
+	g.failures.add(at, kind)
+	g.mu.Unlock()
+}
+
+// Pod returns what was seen of pod (by its X-Epwindow-Pod name); ok is false
+// if no response was attributed to it.
+func (g *Generator) Pod(pod string) (PodStats, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ps := g.pods[pod]
+	if ps == nil {
+		return PodStats{}, false
+	}
+	return *ps, true
+}
+
+// Pods returns every pod seen so far, by name.
+func (g *Generator) Pods() []PodStats {
+	g.mu.Lock()
+	out := make([]PodStats, 0, len(g.pods))
+	for _, ps := range g.pods {
+		out = append(out, *ps)
+	}
+	g.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
+	return out
+}
+
+// Skew returns the tightest clock-offset estimate of pod (probe − tool); ok
+// is false if none of its responses carried a readable X-Epwindow-Time. To
+// get one estimate per node, pass the node's pods' estimates to Best.
+func (g *Generator) Skew(pod string) (Estimate, bool) {
+	ps, ok := g.Pod(pod)
+	if !ok || ps.Skew.Samples == 0 {
+		return Estimate{}, false
+	}
+	return ps.Skew, true
+}
+
+// Failures counts, by kind, the failed requests whose scheduled instant lies
+// in [from, to) on the tool's clock; a zero from or to leaves that side open.
+// A request counts once it has finished, so a window is complete only
+// Config.Timeout after to; it is complete from Totals().FailuresKeptSince on.
+func (g *Generator) Failures(from, to time.Time) map[string]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failures.count(from, to)
+}
+
+// Totals returns a snapshot of the run so far.
+func (g *Generator) Totals() Totals {
+	t := Totals{
+		Hits:         g.hits.Load(),
+		Sent:         g.sent.Load(),
+		Dropped:      g.dropped.Load(),
+		OK:           g.ok.Load(),
+		Failed:       g.failed.Load(),
+		Unattributed: g.unattributed.Load(),
+		InFlight:     g.inFlight.Load(),
+		PodsOverflow: g.podOverflow.Load(),
+	}
+	if start := g.start.Load(); start != nil {
+		t.Start = *start
+	}
+	if ns := g.latest.Load(); ns != 0 {
+		t.Latest = time.Unix(0, ns)
+		if d := t.Latest.Sub(t.Start); t.Sent > 1 && d > 0 {
+			t.Rate = float64(t.Sent) / d.Seconds()
+		}
+	}
+	var q []time.Duration
+	t.LatencyN, q = g.latency.quantiles(0.5, 0.9, 0.99)
+	t.LatencyP50, t.LatencyP90, t.LatencyP99 = q[0], q[1], q[2]
+	t.LatencyMax = time.Duration(g.latency.max.Load())
+	g.mu.Lock()
+	t.FailuresKeptSince = g.failures.keptSince()
+	g.mu.Unlock()
+	return t
+}
