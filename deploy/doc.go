@@ -1,0 +1,17 @@
+// Package deploy holds the probe workload's manifests — a kustomize base
+// (Namespace, Deployment, Service, Ingress) and one overlay per ingress
+// controller — embedded in the binary, and renders them for one run: Render
+// builds base + overlay with kustomize in memory, decodes the result into
+// typed objects and sets the run's values (namespace, names, replicas, image,
+// class, host, hold, grace, preStop, probe flags) on their fields. The shape
+// of every object (security context, probes, hook, annotations) lives only in
+// the YAML; nothing is built from strings.
+//
+// It also states the permissions `epwindow measure` needs (RequiredPermissions,
+// the same rules as deploy/rbac/) and checks them with
+// SelfSubjectAccessReviews before anything is created (MissingPermissions).
+//
+// It does not talk to a cluster otherwise: applying, watching and deleting
+// the workload is package measure's job. deploy/local/ is a separate Go module
+// (the local cluster) and not part of this package.
+package deploy

@@ -1,0 +1,160 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+)
+
+// Scope says where a permission is checked.
+type Scope string
+
+const (
+	// ScopeCluster is a cluster-scoped resource (namespaces, ingressclasses).
+	ScopeCluster Scope = "cluster"
+	// ScopeRun is a namespaced resource in the run's namespace.
+	ScopeRun Scope = "run"
+	// ScopeFixed is a namespaced resource in Perm.Namespace (an ingress
+	// controller's namespace, for an observer).
+	ScopeFixed Scope = "fixed"
+)
+
+// Perm is one verb on one resource that `epwindow measure` uses. The lists
+// here and the rules under deploy/rbac/ are the same (a test holds them
+// together).
+type Perm struct {
+	Verb        string
+	Group       string // "" is the core group
+	Resource    string
+	Subresource string
+	Scope       Scope
+	// Namespace is where a ScopeFixed permission applies.
+	Namespace string
+	// Why measure needs it, for the error message.
+	Why string
+}
+
+// String reads like kubectl auth can-i: "create pods/proxy -n ns".
+func (p Perm) String() string {
+	r := p.Resource
+	if p.Group != "" {
+		r += "." + p.Group
+	}
+	if p.Subresource != "" {
+		r += "/" + p.Subresource
+	}
+	switch p.Scope {
+	case ScopeFixed:
+		return fmt.Sprintf("%s %s -n %s", p.Verb, r, p.Namespace)
+	case ScopeCluster:
+		return fmt.Sprintf("%s %s", p.Verb, r)
+	}
+	return fmt.Sprintf("%s %s (in the run's namespace)", p.Verb, r)
+}
+
+func perms(scope Scope, group, resource, sub, why string, verbs ...string) []Perm {
+	out := make([]Perm, 0, len(verbs))
+	for _, v := range verbs {
+		out = append(out, Perm{Verb: v, Group: group, Resource: resource, Subresource: sub, Scope: scope, Why: why})
+	}
+	return out
+}
+
+// RequiredPermissions lists what `epwindow measure` needs, verb by verb.
+// With createNamespace it creates and deletes its own namespace (rules in
+// deploy/rbac/cluster); without, it runs in an existing one
+// (deploy/rbac/namespaced).
+func RequiredPermissions(createNamespace bool) []Perm {
+	var out []Perm
+	if createNamespace {
+		out = append(out, perms(ScopeCluster, "", "namespaces", "", "the run's own namespace: created, deleted at exit, read while it goes", "create", "get", "delete")...)
+	}
+	for _, g := range [][]Perm{
+		perms(ScopeRun, "apps", "deployments", "", "the probe Deployment: created, status read, restarted (--mode rollout), deleted", "create", "get", "patch", "delete"),
+		perms(ScopeRun, "", "services", "", "the probe Service", "create", "get", "delete"),
+		perms(ScopeRun, "networking.k8s.io", "ingresses", "", "the probe Ingress", "create", "get", "delete"),
+		perms(ScopeRun, "", "pods", "", "the probe pods: watched, one deleted per trial", "get", "list", "watch", "delete"),
+		perms(ScopeRun, "", "pods", "proxy", "the probe's /timeline, /clock (GET) and /release (POST) through the pod proxy", "get", "create"),
+		perms(ScopeRun, "discovery.k8s.io", "endpointslices", "", "the Service's EndpointSlices, watched", "list", "watch"),
+		perms(ScopeCluster, "networking.k8s.io", "ingressclasses", "", "--ingress-class is checked before anything is created", "get", "list"),
+		perms(ScopeCluster, "authorization.k8s.io", "selfsubjectaccessreviews", "", "this permission check", "create"),
+	} {
+		out = append(out, g...)
+	}
+	return out
+}
+
+// NginxObserverPermissions lists what --observer nginx needs in the
+// controller's namespace ns (deploy/rbac/observer-nginx).
+func NginxObserverPermissions(ns string) []Perm {
+	out := append(
+		perms(ScopeFixed, "", "pods", "", "find the ingress-nginx replicas", "list"),
+		perms(ScopeFixed, "", "pods", "portforward", "read each replica's /configuration/backends", "create")...)
+	for i := range out {
+		out[i].Namespace = ns
+	}
+	return out
+}
+
+// MissingPermissions checks RequiredPermissions(true) with one
+// SelfSubjectAccessReview each; run-scoped ones are checked in namespace ns
+// (the name measure is about to create; "" means every namespace). It
+// returns the denied ones, in order.
+func MissingPermissions(ctx context.Context, authz authorizationv1client.SelfSubjectAccessReviewsGetter, ns string) ([]Perm, error) {
+	return Check(ctx, authz, ns, RequiredPermissions(true))
+}
+
+// Check asks the API server, one SelfSubjectAccessReview per permission,
+// whether the caller holds each of ps, and returns the denied ones. ns is
+// the run's namespace for ScopeRun permissions.
+func Check(ctx context.Context, authz authorizationv1client.SelfSubjectAccessReviewsGetter, ns string, ps []Perm) ([]Perm, error) {
+	var missing []Perm
+	for _, p := range ps {
+		attrs := &authorizationv1.ResourceAttributes{
+			Verb:        p.Verb,
+			Group:       p.Group,
+			Resource:    p.Resource,
+			Subresource: p.Subresource,
+		}
+		switch p.Scope {
+		case ScopeRun:
+			attrs.Namespace = ns
+		case ScopeFixed:
+			attrs.Namespace = p.Namespace
+		}
+		review := &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs},
+		}
+		got, err := authz.SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("check permission %q (SelfSubjectAccessReview): %w", p, err)
+		}
+		if !got.Status.Allowed || got.Status.Denied {
+			missing = append(missing, p)
+		}
+	}
+	return missing, nil
+}
+
+// MissingError is returned when permissions are missing; its message names
+// each verb/resource and the manifest that grants them.
+type MissingError struct {
+	Missing []Perm
+	// Manifest is where the rules are, e.g. "deploy/rbac/cluster".
+	Manifest string
+}
+
+// Error lists the missing permissions, one per line.
+func (e *MissingError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "missing %d permission(s); nothing was created:\n", len(e.Missing))
+	for _, p := range e.Missing {
+		fmt.Fprintf(&b, "  %s: %s\n", p, p.Why)
+	}
+	fmt.Fprintf(&b, "grant them with %s (`epwindow manifests --rbac` prints it; edit the subject, then kubectl apply -f -)", e.Manifest)
+	return b.String()
+}

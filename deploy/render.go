@@ -1,0 +1,418 @@
+package deploy
+
+import (
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+// Labels every object of a run carries. The tool finds and deletes only
+// objects in its own namespace; the labels are for people and selectors.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelRunID carries Params.RunID on every object and pod.
+	LabelRunID = "epwindow.io/run-id"
+
+	// NameValue and ManagedByValue are the values of LabelName and
+	// LabelManagedBy in the base manifests.
+	NameValue      = "epwindow-probe"
+	ManagedByValue = "epwindow"
+)
+
+// ProbeContainer is the name of the probe's container in the Deployment.
+const ProbeContainer = "probe"
+
+// Defaults of Params' zero values.
+const (
+	DefaultPort = 8080
+	// DefaultGraceMargin is added to hold + preStop sleep when
+	// Params.GracePeriod is 0: time for the probe to write its timeline and
+	// exit after the hold before the kubelet's SIGKILL.
+	DefaultGraceMargin = 15 * time.Second
+)
+
+// Params are one run's values for the probe workload. Render sets them on
+// the objects built from the embedded manifests.
+type Params struct {
+	// Namespace holds everything; measure generates it (epwindow-xxxxx).
+	Namespace string
+	// Name of the Deployment, Service and Ingress, and the
+	// app.kubernetes.io/instance label that selects the pods.
+	Name     string
+	Replicas int32
+	// Image of the probe; its command is `epwindow probe …` (the image has
+	// epwindow on PATH).
+	Image string
+	// IngressClass sets spec.ingressClassName; "" keeps the overlay's class,
+	// or none (the cluster's default class) with the base.
+	IngressClass string
+	// Host is the Ingress rule's host; "" matches any host.
+	Host string
+	// Port the probe listens on (containerPort, probes, hook, Service port);
+	// 0 means DefaultPort.
+	Port int32
+	// Hold is the probe's --hold: how long it keeps serving after SIGTERM
+	// unless released.
+	Hold time.Duration
+	// GracePeriod is terminationGracePeriodSeconds (rounded up to whole
+	// seconds); 0 means Hold + PreStopSleep + DefaultGraceMargin.
+	GracePeriod time.Duration
+	// PreStop installs the preStop httpGet /prestop hook.
+	PreStop bool
+	// PreStopSleep, when > 0, makes the hook GET /prestop?sleep=<d>, which the
+	// probe answers after d: the pod keeps serving d before SIGTERM. This is
+	// how a recommended preStop is applied. Needs PreStop.
+	PreStopSleep time.Duration
+	// ExitOnSigterm makes the probe exit at once on SIGTERM (the broken
+	// canary).
+	ExitOnSigterm bool
+	// ClockOffset is the probe's --clock-offset (fault injection).
+	ClockOffset time.Duration
+	// Overlay is the overlay to build (Overlays() or BaseOverlay); "" picks
+	// the overlay named like IngressClass, else the base.
+	Overlay string
+	// RunID, when set, is the LabelRunID value on every object and pod, and
+	// part of the pods' selector.
+	RunID string
+	// Labels are added to every object and to the pod template. They may not
+	// override the labels above.
+	Labels map[string]string
+}
+
+// Workload is the rendered probe workload of one run, in apply order.
+type Workload struct {
+	Namespace  *corev1.Namespace
+	Deployment *appsv1.Deployment
+	Service    *corev1.Service
+	Ingress    *networkingv1.Ingress
+}
+
+// Validate checks the parameters; messages name the flag to change.
+func (p Params) Validate() error {
+	if errs := validation.IsDNS1123Label(p.Namespace); len(errs) > 0 {
+		return fmt.Errorf("namespace %q (--namespace): %s", p.Namespace, strings.Join(errs, "; "))
+	}
+	// Service names must be DNS-1035 labels (start with a letter).
+	if errs := validation.IsDNS1035Label(p.Name); len(errs) > 0 {
+		return fmt.Errorf("name %q (--name): %s", p.Name, strings.Join(errs, "; "))
+	}
+	if p.Replicas < 1 {
+		return fmt.Errorf("--replicas (%d) must be at least 1", p.Replicas)
+	}
+	if strings.TrimSpace(p.Image) == "" || strings.ContainsAny(p.Image, " \t\n") {
+		return fmt.Errorf("--image %q: must name an image, e.g. registry.example.com/epwindow:v1", p.Image)
+	}
+	if p.Port < 0 || p.Port > math.MaxUint16 {
+		return fmt.Errorf("port %d: must be 1-65535 (0 means %d)", p.Port, DefaultPort)
+	}
+	if p.Host != "" {
+		h := strings.TrimPrefix(p.Host, "*.")
+		if errs := validation.IsDNS1123Subdomain(h); len(errs) > 0 {
+			return fmt.Errorf("--host %q: %s", p.Host, strings.Join(errs, "; "))
+		}
+	}
+	if p.IngressClass != "" {
+		if errs := validation.IsDNS1123Subdomain(p.IngressClass); len(errs) > 0 {
+			return fmt.Errorf("--ingress-class %q: %s", p.IngressClass, strings.Join(errs, "; "))
+		}
+	}
+	if p.Hold <= 0 {
+		return fmt.Errorf("--hold (%s) must be positive", p.Hold)
+	}
+	if p.PreStopSleep < 0 {
+		return fmt.Errorf("--prestop-sleep (%s) must not be negative", p.PreStopSleep)
+	}
+	if p.PreStopSleep > 0 && !p.PreStop {
+		return fmt.Errorf("--prestop-sleep (%s) needs the preStop hook (--prestop)", p.PreStopSleep)
+	}
+	if p.GracePeriod < 0 {
+		return fmt.Errorf("--grace (%s) must not be negative", p.GracePeriod)
+	}
+	if p.GracePeriod > 0 {
+		// The grace period includes the preStop hook's time
+		// (pkg/kubelet/kuberuntime/kuberuntime_container.go, killContainer);
+		// a probe killed before its hold ends loses its timeline.
+		need := p.PreStopSleep
+		what := fmt.Sprintf("the preStop sleep (%s)", p.PreStopSleep)
+		if !p.ExitOnSigterm {
+			need += p.Hold
+			what = fmt.Sprintf("--hold (%s) + the preStop sleep (%s)", p.Hold, p.PreStopSleep)
+		}
+		if p.GracePeriod <= need {
+			return fmt.Errorf("--grace (%s) must exceed %s: the kubelet kills the probe at the end of the grace period", p.GracePeriod, what)
+		}
+	}
+	for k, v := range p.Labels {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("label key %q (--label): %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("label %s=%q (--label): %s", k, v, strings.Join(errs, "; "))
+		}
+		switch k {
+		case LabelName, LabelInstance, LabelManagedBy, LabelRunID:
+			return fmt.Errorf("label %q (--label) is set by epwindow itself", k)
+		}
+	}
+	if p.RunID != "" {
+		if errs := validation.IsValidLabelValue(p.RunID); len(errs) > 0 {
+			return fmt.Errorf("run id %q: %s", p.RunID, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// OverlayFor returns the overlay Render builds: p.Overlay if set, else the
+// overlay named like the ingress class, else the base.
+func (p Params) OverlayFor() string {
+	if p.Overlay != "" {
+		return p.Overlay
+	}
+	for _, o := range Overlays() {
+		if o == p.IngressClass {
+			return o
+		}
+	}
+	return BaseOverlay
+}
+
+// Grace is the terminationGracePeriodSeconds Render sets.
+func (p Params) Grace() int64 {
+	g := p.GracePeriod
+	if g == 0 {
+		g = p.PreStopSleep + DefaultGraceMargin
+		if !p.ExitOnSigterm {
+			g += p.Hold
+		}
+	}
+	return int64(math.Ceil(g.Seconds()))
+}
+
+func (p Params) port() int32 {
+	if p.Port == 0 {
+		return DefaultPort
+	}
+	return p.Port
+}
+
+// Render builds the overlay for p from the embedded manifests and sets the
+// run's values on the objects.
+func Render(p Params) (*Workload, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	dir, err := overlayDir(p.OverlayFor())
+	if err != nil {
+		return nil, err
+	}
+	m, err := kustomize(dir)
+	if err != nil {
+		return nil, err
+	}
+	wl := &Workload{}
+	for _, r := range m.Resources() {
+		data, err := r.AsYAML()
+		if err != nil {
+			return nil, fmt.Errorf("deploy/%s: %s: %w", dir, r.CurId(), err)
+		}
+		var target any
+		switch kind := r.GetKind(); kind {
+		case "Namespace":
+			wl.Namespace = &corev1.Namespace{}
+			target = wl.Namespace
+		case "Deployment":
+			wl.Deployment = &appsv1.Deployment{}
+			target = wl.Deployment
+		case "Service":
+			wl.Service = &corev1.Service{}
+			target = wl.Service
+		case "Ingress":
+			wl.Ingress = &networkingv1.Ingress{}
+			target = wl.Ingress
+		default:
+			return nil, fmt.Errorf("deploy/%s: unexpected %s %q: the probe workload is a Namespace, a Deployment, a Service and an Ingress", dir, kind, r.GetName())
+		}
+		// Strict: a field the typed API does not know is a typo in the YAML.
+		if err := yaml.UnmarshalStrict(data, target); err != nil {
+			return nil, fmt.Errorf("deploy/%s: decode %s: %w", dir, r.CurId(), err)
+		}
+	}
+	if wl.Namespace == nil || wl.Deployment == nil || wl.Service == nil || wl.Ingress == nil {
+		return nil, fmt.Errorf("deploy/%s: want a Namespace, a Deployment, a Service and an Ingress", dir)
+	}
+	if err := p.apply(wl); err != nil {
+		return nil, fmt.Errorf("deploy/%s: %w", dir, err)
+	}
+	return wl, nil
+}
+
+// apply sets p's values on the decoded objects.
+func (p Params) apply(wl *Workload) error {
+	port := p.port()
+	// Names and labels.
+	wl.Namespace.Name = p.Namespace
+	p.label(wl.Namespace.Labels, false)
+	for _, m := range []*metav1.ObjectMeta{&wl.Deployment.ObjectMeta, &wl.Service.ObjectMeta, &wl.Ingress.ObjectMeta} {
+		m.Name = p.Name
+		m.Namespace = p.Namespace
+		if m.Labels == nil {
+			m.Labels = map[string]string{}
+		}
+		p.label(m.Labels, true)
+	}
+	d := wl.Deployment
+	if d.Spec.Template.Labels == nil {
+		d.Spec.Template.Labels = map[string]string{}
+	}
+	p.label(d.Spec.Template.Labels, true)
+	sel := p.selector()
+	d.Spec.Selector.MatchLabels = sel
+	wl.Service.Spec.Selector = p.selector()
+	replicas := p.Replicas
+	d.Spec.Replicas = &replicas
+
+	// Pod.
+	grace := p.Grace()
+	d.Spec.Template.Spec.TerminationGracePeriodSeconds = &grace
+	c := container(d)
+	if c == nil {
+		return fmt.Errorf("deployment has no container %q", ProbeContainer)
+	}
+	c.Image = p.Image
+	c.Command = p.command(c.Command)
+	found := false
+	for i := range c.Ports {
+		if c.Ports[i].Name == "http" {
+			c.Ports[i].ContainerPort = port
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("container %q has no port named http", ProbeContainer)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil {
+		return fmt.Errorf("container %q has no httpGet readiness probe", ProbeContainer)
+	}
+	c.ReadinessProbe.HTTPGet.Port = intstr.FromInt32(port)
+	if !p.PreStop {
+		c.Lifecycle = nil
+	} else {
+		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.HTTPGet == nil {
+			return fmt.Errorf("container %q has no httpGet preStop hook", ProbeContainer)
+		}
+		h := c.Lifecycle.PreStop.HTTPGet
+		h.Port = intstr.FromInt32(port)
+		h.Path = PreStopPath(p.PreStopSleep)
+	}
+
+	// Service and Ingress.
+	for i := range wl.Service.Spec.Ports {
+		wl.Service.Spec.Ports[i].Port = port
+		wl.Service.Spec.Ports[i].TargetPort = intstr.FromInt32(port)
+	}
+	ing := wl.Ingress
+	if p.IngressClass != "" {
+		class := p.IngressClass
+		ing.Spec.IngressClassName = &class
+	}
+	for i := range ing.Spec.Rules {
+		ing.Spec.Rules[i].Host = p.Host
+		if ing.Spec.Rules[i].HTTP == nil {
+			continue
+		}
+		for j := range ing.Spec.Rules[i].HTTP.Paths {
+			b := &ing.Spec.Rules[i].HTTP.Paths[j].Backend
+			if b.Service != nil {
+				b.Service.Name = p.Name
+				b.Service.Port = networkingv1.ServiceBackendPort{Number: port}
+			}
+		}
+	}
+	return nil
+}
+
+// PreStopPath is the preStop hook's path: /prestop, or /prestop?sleep=<d>
+// (a Go duration) when d > 0.
+func PreStopPath(d time.Duration) string {
+	if d <= 0 {
+		return "/prestop"
+	}
+	return "/prestop?" + url.Values{"sleep": {d.String()}}.Encode()
+}
+
+// probeFlags are the probe flags Render owns: any occurrence in the
+// manifest's command is replaced by the run's value.
+var probeFlags = []string{"--listen", "--hold", "--exit-on-sigterm", "--clock-offset"}
+
+// command returns the manifest's command without the flags Render owns,
+// followed by the run's values of those flags.
+func (p Params) command(base []string) []string {
+	var out []string
+	for _, a := range base {
+		owned := false
+		for _, f := range probeFlags {
+			if a == f || strings.HasPrefix(a, f+"=") {
+				owned = true
+			}
+		}
+		if !owned {
+			out = append(out, a)
+		}
+	}
+	out = append(out,
+		fmt.Sprintf("--listen=:%d", p.port()),
+		"--hold="+p.Hold.String())
+	if p.ExitOnSigterm {
+		out = append(out, "--exit-on-sigterm")
+	}
+	if p.ClockOffset != 0 {
+		out = append(out, "--clock-offset="+p.ClockOffset.String())
+	}
+	return out
+}
+
+// label adds the run's labels to m; withInstance also sets LabelInstance.
+func (p Params) label(m map[string]string, withInstance bool) {
+	for k, v := range p.Labels {
+		m[k] = v
+	}
+	m[LabelManagedBy] = ManagedByValue
+	if withInstance {
+		m[LabelName] = NameValue
+		m[LabelInstance] = p.Name
+	}
+	if p.RunID != "" {
+		m[LabelRunID] = p.RunID
+	}
+}
+
+// selector selects the run's probe pods.
+func (p Params) selector() map[string]string {
+	s := map[string]string{LabelName: NameValue, LabelInstance: p.Name}
+	if p.RunID != "" {
+		s[LabelRunID] = p.RunID
+	}
+	return s
+}
+
+// container returns the probe container of d, or nil.
+func container(d *appsv1.Deployment) *corev1.Container {
+	for i := range d.Spec.Template.Spec.Containers {
+		if d.Spec.Template.Spec.Containers[i].Name == ProbeContainer {
+			return &d.Spec.Template.Spec.Containers[i]
+		}
+	}
+	return nil
+}
