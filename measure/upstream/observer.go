@@ -27,6 +27,11 @@ type ReplicaUpstreams struct {
 	// Err is set when this replica could not be read at this poll: the
 	// observer is blind for it, and nothing may be concluded from absence.
 	Err error
+	// Sent and At bracket this replica's reading on the tool's clock: the
+	// request left at Sent and its response arrived at At. The controller
+	// read its own state somewhere in between.
+	Sent time.Time
+	At   time.Time
 }
 
 // Snapshot is one poll of an observer.

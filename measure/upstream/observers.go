@@ -1,0 +1,208 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// maxBody bounds one payload read (a big cluster's Skipper route table or
+// Envoy cluster dump runs to megabytes; more than this is a wrong URL).
+const maxBody = 64 << 20
+
+// httpObserver polls one HTTP endpoint per controller replica and parses the
+// payload with a pure function.
+type httpObserver struct {
+	kind     string
+	path     string // appended to a replica's base URL (may carry a query)
+	accept   string
+	parse    func([]byte) ([]netip.AddrPort, error)
+	settings func(args [][]string) map[string]string
+	src      source
+	client   *http.Client
+	interval time.Duration
+	clock    clock.PassiveClock
+}
+
+func (o *httpObserver) Name() string              { return o.kind }
+func (o *httpObserver) Resolution() time.Duration { return o.interval }
+func (o *httpObserver) Close() error              { return o.src.close() }
+
+func (o *httpObserver) Settings(ctx context.Context) map[string]string {
+	if o.settings == nil {
+		return nil
+	}
+	args := o.src.args(ctx)
+	if args == nil {
+		return nil
+	}
+	return o.settings(args)
+}
+
+// requestURL is the replica's base URL with the observer's path, unless the
+// user's URL already names a path (e.g. Skipper's ".../routes").
+func (o *httpObserver) requestURL(base string) string {
+	u, err := url.Parse(base)
+	if err != nil || (u.Path != "" && u.Path != "/") {
+		return base
+	}
+	return strings.TrimRight(base, "/") + o.path
+}
+
+func (o *httpObserver) Poll(ctx context.Context) (Snapshot, error) {
+	snap := Snapshot{Sent: o.clock.Now()}
+	eps, err := o.src.endpoints(ctx)
+	if err != nil {
+		snap.At = o.clock.Now()
+		return snap, fmt.Errorf("%s observer: %w", o.kind, err)
+	}
+	snap.Replicas = make([]ReplicaUpstreams, len(eps))
+	var wg sync.WaitGroup
+	for i, ep := range eps {
+		if ep.Err != nil {
+			now := o.clock.Now()
+			snap.Replicas[i] = ReplicaUpstreams{Replica: ep.Replica, Err: ep.Err, Sent: now, At: now}
+			continue
+		}
+		wg.Go(func() { snap.Replicas[i] = o.read(ctx, ep) })
+	}
+	wg.Wait()
+	snap.At = o.clock.Now()
+	return snap, nil
+}
+
+// read fetches and parses one replica's payload; At is stamped when the whole
+// body has arrived, before parsing.
+func (o *httpObserver) read(ctx context.Context, ep endpoint) ReplicaUpstreams {
+	r := ReplicaUpstreams{Replica: ep.Replica}
+	u := o.requestURL(ep.BaseURL)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		r.Err = fmt.Errorf("%s replica %s: %w", o.kind, ep.Replica, err)
+		return r
+	}
+	if o.accept != "" {
+		req.Header.Set("Accept", o.accept)
+	}
+	r.Sent = o.clock.Now()
+	resp, err := o.client.Do(req)
+	var body []byte
+	if err == nil {
+		body, err = io.ReadAll(io.LimitReader(resp.Body, maxBody))
+		resp.Body.Close()
+	}
+	r.At = o.clock.Now()
+	if err != nil {
+		r.Err = fmt.Errorf("%s replica %s: GET %s: %w", o.kind, ep.Replica, u, err)
+		return r
+	}
+	if resp.StatusCode != http.StatusOK {
+		r.Err = fmt.Errorf("%s replica %s: GET %s: %s: %s", o.kind, ep.Replica, u, resp.Status, firstLine(body))
+		return r
+	}
+	r.Upstreams, err = o.parse(body)
+	if err != nil {
+		r.Err = fmt.Errorf("%s replica %s: %w", o.kind, ep.Replica, err)
+	}
+	return r
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// cmdObserver runs a shell command at each poll that prints the upstream
+// addresses, one a line (--upstreams-cmd).
+type cmdObserver struct {
+	command  string
+	timeout  time.Duration
+	interval time.Duration
+	clock    clock.PassiveClock
+}
+
+func (o *cmdObserver) Name() string                                   { return KindCmd }
+func (o *cmdObserver) Resolution() time.Duration                      { return o.interval }
+func (o *cmdObserver) Settings(ctx context.Context) map[string]string { return nil }
+func (o *cmdObserver) Close() error                                   { return nil }
+
+// Poll runs the command once under the timeout; its process group is killed
+// when the timeout passes, so a hung CLI cannot pile up behind the ticker.
+func (o *cmdObserver) Poll(ctx context.Context) (Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	c := exec.CommandContext(ctx, "/bin/sh", "-c", o.command)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+	c.WaitDelay = time.Second
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	r := ReplicaUpstreams{Replica: "cmd"}
+	r.Sent = o.clock.Now()
+	err := c.Run()
+	r.At = o.clock.Now()
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		r.Err = fmt.Errorf("--%s did not finish within %s: %s", FlagUpstreamsCmd, o.timeout, firstLine(stderr.Bytes()))
+	case err != nil:
+		r.Err = fmt.Errorf("--%s %q: %w: %s", FlagUpstreamsCmd, o.command, err, firstLine(stderr.Bytes()))
+	default:
+		r.Upstreams, err = upstreamsFromLines(stdout.Bytes())
+		if err != nil {
+			r.Err = fmt.Errorf("--%s output: %w", FlagUpstreamsCmd, err)
+		}
+	}
+	return Snapshot{Sent: r.Sent, At: r.At, Replicas: []ReplicaUpstreams{r}}, nil
+}
+
+// noneObserver observes nothing: slice and probe stages only.
+type noneObserver struct{}
+
+func (noneObserver) Name() string                               { return KindNone }
+func (noneObserver) Resolution() time.Duration                  { return 0 }
+func (noneObserver) Settings(context.Context) map[string]string { return nil }
+func (noneObserver) Poll(context.Context) (Snapshot, error)     { return Snapshot{}, nil }
+func (noneObserver) Close() error                               { return nil }
+
+// settingsFromArgs reports one controller flag across replicas: the value,
+// or "<default> (default)" when no replica sets it; differing values are
+// joined with ",".
+func settingsFromArgs(args [][]string, key, flag, def string) map[string]string {
+	var vals []string
+	for _, a := range args {
+		v, ok := argValue(a, flag)
+		if !ok {
+			v = def + " (default)"
+		}
+		if len(vals) == 0 || !contains(vals, v) {
+			vals = append(vals, v)
+		}
+	}
+	if len(vals) == 0 {
+		return nil
+	}
+	return map[string]string{key: strings.Join(vals, ",")}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,394 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// The parsers below are pure: one controller payload in, the addresses that
+// receive new traffic for the Target out. Each follows the controller's own
+// source, cited at the type it decodes into.
+
+// skipperRoute is one route of Skipper's GET /routes with
+// Accept: application/json: eskip/json.go (jsonRoute, jsonBackend) in
+// github.com/zalando/skipper. Backend types are eskip.BackendType.String():
+// "network" (one endpoint, in address), "lb" (endpoints), "shunt", ...
+type skipperRoute struct {
+	ID      string `json:"id"`
+	Backend *struct {
+		Type      string   `json:"type"`
+		Address   string   `json:"address"`
+		Endpoints []string `json:"endpoints"`
+	} `json:"backend"`
+}
+
+// skipperNonWord is the character class Skipper's kubernetes dataclient
+// replaces by "_" in route IDs: dataclients/kubernetes/ingress.go (nonWord).
+var skipperNonWord = regexp.MustCompile(`\W`)
+
+// skipperRouteMatches tells whether a route ID was built for the Target.
+// Skipper's kubernetes dataclient names Ingress routes
+// kube_<ns>__<ingress>__<host>__<path>__<service> (routeID in
+// dataclients/kubernetes/ingress.go); east-west copies ("kubeew_…") and
+// RouteGroups are other prefixes and do not match.
+func skipperRouteMatches(id string, t Target) bool {
+	w := func(s string) string { return skipperNonWord.ReplaceAllString(s, "_") }
+	prefix := "kube_" + w(t.Namespace) + "__"
+	if t.Ingress != "" {
+		prefix += w(t.Ingress) + "__"
+	}
+	return strings.HasPrefix(id, prefix) && strings.HasSuffix(id, "__"+w(t.Service))
+}
+
+// upstreamsFromSkipper reads Skipper's route table. The dataclient turns a
+// Service with one endpoint into a "network" backend, with several into an
+// "lb" backend listing them, and with none into a shunt
+// (convertPathRuleV1 in dataclients/kubernetes/ingressv1.go); it leaves out
+// terminating endpoints (isReady in dataclients/kubernetes/endpointslices.go).
+// Every route of the Target counts: an address is routed while any lists it.
+func upstreamsFromSkipper(body []byte, t Target) ([]netip.AddrPort, error) {
+	var routes []skipperRoute
+	if err := json.Unmarshal(body, &routes); err != nil {
+		return nil, fmt.Errorf("decode skipper routes (want the JSON list served with Accept: application/json): %w", err)
+	}
+	var out []netip.AddrPort
+	for _, r := range routes {
+		if r.Backend == nil || !skipperRouteMatches(r.ID, t) {
+			continue
+		}
+		var eps []string
+		switch r.Backend.Type {
+		case "network":
+			eps = []string{r.Backend.Address}
+		case "lb":
+			eps = r.Backend.Endpoints
+		default: // shunt, loopback, dynamic: nothing routed to a pod
+			continue
+		}
+		for _, ep := range eps {
+			ap, err := addrFromURL(ep)
+			if err != nil {
+				return nil, fmt.Errorf("skipper route %s: %w", r.ID, err)
+			}
+			out = append(out, ap)
+		}
+	}
+	return dedup(out), nil
+}
+
+// addrFromURL reads ip:port out of an endpoint URL such as
+// "http://10.2.0.7:8080" or "http://10.2.0.7:8080?zone=eu-1a" (Skipper's
+// LBEndpoint.StringWithZone, eskip/eskip.go).
+func addrFromURL(s string) (netip.AddrPort, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return netip.AddrPort{}, fmt.Errorf("endpoint %q is not a URL with a host", s)
+	}
+	return parseHostPort(u.Host, defaultPort(u.Scheme))
+}
+
+func defaultPort(scheme string) uint16 {
+	switch scheme {
+	case "https":
+		return 443
+	case "http":
+		return 80
+	}
+	return 0
+}
+
+// parseHostPort reads "ip:port", "[ip]:port" or a bare ip (then def is the port).
+func parseHostPort(s string, def uint16) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+	}
+	if a, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
+		return netip.AddrPortFrom(a.Unmap(), def), nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q is not ip:port", s)
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q: host is not an IP address", s)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q: bad port", s)
+	}
+	return netip.AddrPortFrom(a.Unmap(), uint16(p)), nil
+}
+
+// nginxBackend is one entry of ingress-nginx's GET /configuration/backends on
+// its status port: the controller POSTs the list built by configureBackends
+// (internal/ingress/controller/nginx.go) from ingress.Backend / ingress.Endpoint
+// (pkg/apis/ingress/types.go: name, port, endpoints[].address, endpoints[].port
+// as a string), and the Lua handler (rootfs/etc/nginx/lua/configuration.lua)
+// serves it back verbatim; the balancer syncs from it every second.
+type nginxBackend struct {
+	Name      string `json:"name"`
+	Endpoints []struct {
+		Address string `json:"address"`
+		Port    string `json:"port"`
+	} `json:"endpoints"`
+}
+
+// nginxBackendMatches tells whether a backend is the Target's: ingress-nginx
+// names it <namespace>-<service>-<port number or name> (upstreamName in
+// internal/ingress/controller/util.go). With no port in the Target, every
+// port of the Service matches.
+func nginxBackendMatches(name string, t Target) bool {
+	prefix := t.Namespace + "-" + t.Service + "-"
+	if t.Port != 0 {
+		return name == prefix+strconv.Itoa(int(t.Port))
+	}
+	return strings.HasPrefix(name, prefix) && !strings.Contains(name[len(prefix):], "-")
+}
+
+// upstreamsFromNginx reads ingress-nginx's dynamic backends. The controller
+// keeps only ready endpoints (getEndpointsFromSlices in
+// internal/ingress/controller/endpointslices.go), so a deleted pod leaves the
+// list at the first sync after its endpoint turns ready=false.
+func upstreamsFromNginx(body []byte, t Target) ([]netip.AddrPort, error) {
+	var backends []nginxBackend
+	if err := json.Unmarshal(body, &backends); err != nil {
+		return nil, fmt.Errorf("decode ingress-nginx /configuration/backends: %w", err)
+	}
+	var out []netip.AddrPort
+	for _, b := range backends {
+		if !nginxBackendMatches(b.Name, t) {
+			continue
+		}
+		for _, ep := range b.Endpoints {
+			ap, err := parseHostPort(net.JoinHostPort(ep.Address, ep.Port), 0)
+			if err != nil {
+				return nil, fmt.Errorf("ingress-nginx backend %s: endpoint %s:%s: %w", b.Name, ep.Address, ep.Port, err)
+			}
+			out = append(out, ap)
+		}
+	}
+	return dedup(out), nil
+}
+
+// traefikService is one entry of Traefik's GET /api/http/services:
+// serviceRepresentation in pkg/api/handler_http.go wraps runtime.ServiceInfo
+// (pkg/config/runtime/runtime_http.go) whose dynamic.Service carries
+// loadBalancer.servers[] (dynamic.Server in pkg/config/dynamic/http_config.go:
+// url, fenced) next to serverStatus (server URL → "UP"/"DOWN").
+type traefikService struct {
+	Name         string `json:"name"`
+	LoadBalancer *struct {
+		Servers []struct {
+			URL    string `json:"url"`
+			Fenced bool   `json:"fenced"`
+		} `json:"servers"`
+	} `json:"loadBalancer"`
+	ServerStatus map[string]string `json:"serverStatus"`
+}
+
+// traefikNormalize is provider.Normalize (pkg/provider/configuration.go):
+// every run of non-letters and non-digits becomes one "-".
+func traefikNormalize(s string) string {
+	return strings.Join(strings.FieldsFunc(s, func(c rune) bool {
+		return !unicode.IsLetter(c) && !unicode.IsNumber(c)
+	}), "-")
+}
+
+// traefikServiceMatches tells whether a Traefik service is the Target's: the
+// Kubernetes Ingress provider names it Normalize(<ns>-<service>-<port>)
+// (loadConfigurationFromIngresses in pkg/provider/kubernetes/ingress/kubernetes.go),
+// and the API appends "@<provider>".
+func traefikServiceMatches(name string, t Target) bool {
+	base, _, _ := strings.Cut(name, "@")
+	want := t.Namespace + "-" + t.Service + "-"
+	if t.Port != 0 {
+		return base == traefikNormalize(want+strconv.Itoa(int(t.Port)))
+	}
+	return strings.HasPrefix(base, traefikNormalize(want)+"-")
+}
+
+// upstreamsFromTraefik reads Traefik's services. Traefik keeps serving
+// endpoints of a terminating pod but marks them fenced (Terminating condition,
+// loadService in pkg/provider/kubernetes/ingress/kubernetes.go), and its
+// balancers send fenced servers no new requests (pkg/server/service/loadbalancer/
+// wrr, hrw: fenced map); a server a health check marked DOWN gets none either.
+// Both count as withdrawn.
+func upstreamsFromTraefik(body []byte, t Target) ([]netip.AddrPort, error) {
+	var services []traefikService
+	if err := json.Unmarshal(body, &services); err != nil {
+		return nil, fmt.Errorf("decode traefik /api/http/services: %w", err)
+	}
+	var out []netip.AddrPort
+	for _, s := range services {
+		if s.LoadBalancer == nil || !traefikServiceMatches(s.Name, t) {
+			continue
+		}
+		for _, srv := range s.LoadBalancer.Servers {
+			if srv.Fenced || s.ServerStatus[srv.URL] == "DOWN" {
+				continue
+			}
+			ap, err := addrFromURL(srv.URL)
+			if err != nil {
+				return nil, fmt.Errorf("traefik service %s: %w", s.Name, err)
+			}
+			out = append(out, ap)
+		}
+	}
+	return dedup(out), nil
+}
+
+// envoyClusters is Envoy's admin GET /clusters?format=json: the
+// envoy.admin.v3.Clusters message (api/envoy/admin/v3/clusters.proto:
+// cluster_statuses[].host_statuses[] with address.socket_address and
+// health_status), written with proto field names
+// (source/server/admin/clusters_handler.cc).
+type envoyClusters struct {
+	ClusterStatuses []struct {
+		Name         string `json:"name"`
+		HostStatuses []struct {
+			Address struct {
+				SocketAddress *struct {
+					Address   string `json:"address"`
+					PortValue uint16 `json:"port_value"`
+				} `json:"socket_address"`
+			} `json:"address"`
+			HealthStatus envoyHealth `json:"health_status"`
+		} `json:"host_statuses"`
+	} `json:"cluster_statuses"`
+}
+
+// envoyHealth is envoy.admin.v3.HostHealthStatus (clusters.proto); proto3
+// JSON leaves out false flags and the UNKNOWN (0) EDS status.
+type envoyHealth struct {
+	FailedActiveHealthCheck    bool   `json:"failed_active_health_check"`
+	FailedOutlierCheck         bool   `json:"failed_outlier_check"`
+	PendingDynamicRemoval      bool   `json:"pending_dynamic_removal"`
+	PendingActiveHC            bool   `json:"pending_active_hc"`
+	ExcludedViaImmediateHCFail bool   `json:"excluded_via_immediate_hc_fail"`
+	ActiveHCTimeout            bool   `json:"active_hc_timeout"`
+	EDSHealthStatus            string `json:"eds_health_status"`
+}
+
+// routable tells whether Envoy picks the host for new requests: EDS status
+// HEALTHY, DEGRADED (lower priority, still used) or unset, and no health-check,
+// outlier or removal flag. DRAINING (Envoy Gateway's terminating endpoints),
+// UNHEALTHY and TIMEOUT are withdrawn; so is pending_dynamic_removal, a host
+// EDS already dropped that Envoy keeps only for its health checks.
+func (h envoyHealth) routable() bool {
+	switch h.EDSHealthStatus {
+	case "", "UNKNOWN", "HEALTHY", "DEGRADED":
+	default:
+		return false
+	}
+	return !h.FailedActiveHealthCheck && !h.FailedOutlierCheck && !h.PendingDynamicRemoval &&
+		!h.PendingActiveHC && !h.ExcludedViaImmediateHCFail && !h.ActiveHCTimeout
+}
+
+// EnvoyClusterPattern is the default pattern of the Envoy cluster names that
+// belong to a Target: Contour's "<ns>/<service>/<port>/<hash>"
+// (Clustername in internal/envoy; Contour shortens names past 60 characters,
+// and then --envoy-cluster must name them) and Istio's
+// "outbound|<port>||<service>.<ns>.svc.<domain>". Envoy Gateway names clusters
+// after routes ("httproute/<ns>/<route>/rule/<n>"), so there --envoy-cluster
+// must name them.
+func EnvoyClusterPattern(t Target) *regexp.Regexp {
+	port := `[^/|]+`
+	if t.Port != 0 {
+		port = strconv.Itoa(int(t.Port))
+	}
+	ns, svc := regexp.QuoteMeta(t.Namespace), regexp.QuoteMeta(t.Service)
+	return regexp.MustCompile(`^(` + ns + `/` + svc + `/` + port + `(/.*)?` +
+		`|outbound\|` + port + `\|[^|]*\|` + svc + `\.` + ns + `\.svc\..*)$`)
+}
+
+// upstreamsFromEnvoy reads Envoy's clusters whose names match cluster, keeping
+// the routable hosts.
+func upstreamsFromEnvoy(body []byte, cluster *regexp.Regexp) ([]netip.AddrPort, error) {
+	var cs envoyClusters
+	if err := json.Unmarshal(body, &cs); err != nil {
+		return nil, fmt.Errorf("decode envoy /clusters?format=json: %w", err)
+	}
+	var out []netip.AddrPort
+	for _, c := range cs.ClusterStatuses {
+		if !cluster.MatchString(c.Name) {
+			continue
+		}
+		for _, h := range c.HostStatuses {
+			sa := h.Address.SocketAddress
+			if sa == nil || !h.HealthStatus.routable() {
+				continue
+			}
+			a, err := netip.ParseAddr(sa.Address)
+			if err != nil {
+				return nil, fmt.Errorf("envoy cluster %s: host %q: %w", c.Name, sa.Address, err)
+			}
+			out = append(out, netip.AddrPortFrom(a.Unmap(), sa.PortValue))
+		}
+	}
+	return dedup(out), nil
+}
+
+// upstreamsFromLines reads a command's output: one address a line, as
+// "ip:port", "[ip]:port", "ip port" (tab- or space-separated, as
+// `aws … --output text` prints two columns) or a bare "ip" (port 0: any port
+// of that address). Blank lines and lines starting with # are skipped.
+func upstreamsFromLines(out []byte) ([]netip.AddrPort, error) {
+	var res []netip.AddrPort
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if f := strings.Fields(line); len(f) == 2 {
+			line = net.JoinHostPort(strings.Trim(f[0], "[]"), f[1])
+		}
+		ap, err := parseHostPort(line, 0)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w (want ip:port, one a line)", n, err)
+		}
+		res = append(res, ap)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return dedup(res), nil
+}
+
+// dedup sorts and removes duplicates.
+func dedup(in []netip.AddrPort) []netip.AddrPort {
+	slices.SortFunc(in, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	return slices.Compact(in)
+}
+
+// argValue finds a flag's value in a container's command line, in the
+// "--name=value", "--name value", "-name=value" or "-name value" forms;
+// case-insensitively, since Traefik's CLI flags are.
+func argValue(args []string, name string) (string, bool) {
+	for i, a := range args {
+		a = strings.TrimLeft(a, "-")
+		k, v, hasV := strings.Cut(a, "=")
+		if !strings.EqualFold(k, name) {
+			continue
+		}
+		if hasV {
+			return v, true
+		}
+		if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			return args[i+1], true
+		}
+		return "true", true
+	}
+	return "", false
+}
