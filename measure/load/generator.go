@@ -14,14 +14,16 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/epwindow/epwindow/probe"
 )
 
 // The probe's response headers (DESIGN.md "The probe").
 const (
 	// HeaderPod carries the name of the pod that served the response.
-	HeaderPod = "X-Epwindow-Pod"
+	HeaderPod = probe.HeaderPod
 	// HeaderTime carries the probe's wall clock as it answered, unix ns.
-	HeaderTime = "X-Epwindow-Time"
+	HeaderTime = probe.HeaderTime
 )
 
 // maxPods bounds the per-pod table; responses from pods beyond it count in
