@@ -1,0 +1,193 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/yaml"
+)
+
+// fakeAuthz answers SelfSubjectAccessReviews from allow, keyed by
+// "verb resource[/sub].group ns", and records every review it got.
+func fakeAuthz(allow func(a authorizationv1.ResourceAttributes) bool) (*fake.Clientset, *[]authorizationv1.ResourceAttributes) {
+	var seen []authorizationv1.ResourceAttributes
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "selfsubjectaccessreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		r := action.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview).DeepCopy()
+		a := *r.Spec.ResourceAttributes
+		seen = append(seen, a)
+		r.Status.Allowed = allow(a)
+		return true, r, nil
+	})
+	return cs, &seen
+}
+
+func TestMissingPermissions(t *testing.T) {
+	// A user who may do everything except delete pods and use the pod proxy.
+	cs, seen := fakeAuthz(func(a authorizationv1.ResourceAttributes) bool {
+		return !(a.Resource == "pods" && (a.Verb == "delete" || a.Subresource == "proxy"))
+	})
+	missing, err := MissingPermissions(context.Background(), cs.AuthorizationV1(), "epwindow-x7k2q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range missing {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"delete pods (in the run's namespace)",
+		"get pods/proxy (in the run's namespace)",
+		"create pods/proxy (in the run's namespace)",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("missing = %q, want %q", got, want)
+	}
+	if n := len(RequiredPermissions(true)); len(*seen) != n {
+		t.Errorf("%d reviews, want one per permission (%d)", len(*seen), n)
+	}
+	for _, a := range *seen {
+		clusterScoped := a.Resource == "namespaces" || a.Resource == "ingressclasses" || a.Resource == "selfsubjectaccessreviews"
+		if clusterScoped && a.Namespace != "" {
+			t.Errorf("cluster-scoped %s checked in namespace %q", a.Resource, a.Namespace)
+		}
+		if !clusterScoped && a.Namespace != "epwindow-x7k2q" {
+			t.Errorf("%s %s checked in namespace %q, want the run's", a.Verb, a.Resource, a.Namespace)
+		}
+	}
+
+	err = &MissingError{Missing: missing, Manifest: "deploy/rbac/cluster"}
+	for _, s := range append(want, "deploy/rbac/cluster", "nothing was created") {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not name %q", err, s)
+		}
+	}
+}
+
+func TestMissingPermissionsAllAllowed(t *testing.T) {
+	cs, _ := fakeAuthz(func(authorizationv1.ResourceAttributes) bool { return true })
+	missing, err := MissingPermissions(context.Background(), cs.AuthorizationV1(), "ns")
+	if err != nil || len(missing) != 0 {
+		t.Errorf("MissingPermissions = %v, %v; want none", missing, err)
+	}
+}
+
+func TestCheckFixedNamespace(t *testing.T) {
+	cs, seen := fakeAuthz(func(a authorizationv1.ResourceAttributes) bool { return a.Subresource != "portforward" })
+	missing, err := Check(context.Background(), cs.AuthorizationV1(), "run-ns", NginxObserverPermissions("ingress-nginx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) != 1 || missing[0].String() != "create pods/portforward -n ingress-nginx" {
+		t.Errorf("missing = %v, want create pods/portforward -n ingress-nginx", missing)
+	}
+	for _, a := range *seen {
+		if a.Namespace != "ingress-nginx" {
+			t.Errorf("%s %s checked in %q, want the controller's namespace", a.Verb, a.Resource, a.Namespace)
+		}
+	}
+}
+
+func TestCheckError(t *testing.T) {
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "selfsubjectaccessreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	if _, err := MissingPermissions(context.Background(), cs.AuthorizationV1(), "ns"); err == nil || !strings.Contains(err.Error(), "SelfSubjectAccessReview") {
+		t.Errorf("err = %v, want one naming the SelfSubjectAccessReview", err)
+	}
+}
+
+// rule is one (group, resource, verb) a role grants or a Perm needs.
+type rule struct{ group, resource, verb string }
+
+func permRules(ps []Perm, scopes ...Scope) map[rule]bool {
+	out := map[rule]bool{}
+	for _, p := range ps {
+		for _, s := range scopes {
+			if p.Scope == s {
+				r := p.Resource
+				if p.Subresource != "" {
+					r += "/" + p.Subresource
+				}
+				out[rule{p.Group, r, p.Verb}] = true
+			}
+		}
+	}
+	return out
+}
+
+func roleRules(t *testing.T, file string) map[rule]bool {
+	t.Helper()
+	data, err := files.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole // a Role has the same rules field
+	if err := yaml.Unmarshal(data, &role); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	out := map[rule]bool{}
+	for _, r := range role.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if g == "*" || res == "*" || v == "*" {
+						t.Errorf("%s grants a wildcard (%q %q %q): name every verb", file, g, res, v)
+					}
+					out[rule{g, res, v}] = true
+				}
+			}
+		}
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("%s: unexpected resourceNames/nonResourceURLs", file)
+		}
+	}
+	return out
+}
+
+// TestRBACMatchesGo holds deploy/rbac/ and the Go lists together: every
+// permission measure checks is granted, and nothing more is.
+func TestRBACMatchesGo(t *testing.T) {
+	tests := []struct {
+		file string
+		want map[rule]bool
+	}{
+		{"rbac/cluster/clusterrole.yaml", permRules(RequiredPermissions(true), ScopeCluster, ScopeRun)},
+		{"rbac/namespaced/role.yaml", permRules(RequiredPermissions(false), ScopeRun)},
+		{"rbac/namespaced/clusterrole.yaml", permRules(RequiredPermissions(false), ScopeCluster)},
+		{"rbac/observer-nginx/role.yaml", permRules(NginxObserverPermissions("x"), ScopeFixed)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			got := roleRules(t, tt.file)
+			for r := range tt.want {
+				if !got[r] {
+					t.Errorf("%s does not grant %s", tt.file, fmtRule(r))
+				}
+			}
+			for r := range got {
+				if !tt.want[r] {
+					t.Errorf("%s grants %s, which the Go list does not need", tt.file, fmtRule(r))
+				}
+			}
+		})
+	}
+	// The namespaced variant never touches namespaces.
+	for _, p := range RequiredPermissions(false) {
+		if p.Resource == "namespaces" {
+			t.Errorf("RequiredPermissions(false) has %s", p)
+		}
+	}
+}
+
+func fmtRule(r rule) string { return fmt.Sprintf("%s %s (group %q)", r.verb, r.resource, r.group) }

@@ -1,0 +1,67 @@
+package deploy
+
+import (
+	"testing"
+	"time"
+
+	psapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+)
+
+// TestPodSecurityRestricted runs the rendered pod through the Pod Security
+// admission's own checks (k8s.io/pod-security-admission/policy, the code the
+// API server's PodSecurity plugin runs) at level restricted, latest version,
+// for every overlay and the options that change the pod.
+func TestPodSecurityRestricted(t *testing.T) {
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()}
+	variants := map[string]func(*Params){
+		"default":       func(*Params) {},
+		"no preStop":    func(p *Params) { p.PreStop = false },
+		"preStop sleep": func(p *Params) { p.PreStopSleep = 5 * time.Second },
+		"exit on term":  func(p *Params) { p.ExitOnSigterm = true },
+	}
+	for _, o := range append(Overlays(), BaseOverlay) {
+		for name, mod := range variants {
+			t.Run(o+"/"+name, func(t *testing.T) {
+				p := testParams()
+				p.Overlay = o
+				mod(&p)
+				wl := mustRender(t, p)
+				tmpl := wl.Deployment.Spec.Template
+				res := policy.AggregateCheckResults(eval.EvaluatePod(level, &tmpl.ObjectMeta, &tmpl.Spec))
+				if !res.Allowed {
+					t.Errorf("pod violates PodSecurity restricted: %s: %s", res.ForbiddenReason(), res.ForbiddenDetail())
+				}
+				// Not part of the restricted profile, but promised too.
+				sc := container(wl.Deployment).SecurityContext
+				if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+					t.Error("readOnlyRootFilesystem is not true")
+				}
+				if sc.RunAsUser == nil || *sc.RunAsUser != 65532 {
+					t.Errorf("runAsUser = %v, want 65532", sc.RunAsUser)
+				}
+			})
+		}
+	}
+}
+
+// TestPodSecurityCheckerBites: the same checker rejects the pod once one
+// hardening field is removed, so the test above is not vacuous.
+func TestPodSecurityCheckerBites(t *testing.T) {
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()}
+	wl := mustRender(t, testParams())
+	tmpl := wl.Deployment.Spec.Template
+	container(wl.Deployment).SecurityContext.Capabilities = nil
+	res := policy.AggregateCheckResults(eval.EvaluatePod(level, &tmpl.ObjectMeta, &tmpl.Spec))
+	if res.Allowed {
+		t.Error("pod without capabilities.drop=ALL passes restricted: the checker is not running")
+	}
+}
