@@ -9,6 +9,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+
+	"github.com/epwindow/epwindow/measure/upstream"
 )
 
 // Mode is how trials are produced.
@@ -69,11 +71,8 @@ type Config struct {
 
 	// Observer is the upstream observer kind ("auto", "skipper", "none", ...).
 	Observer string
-	// ObserverURL is the observer's endpoint where it is read over HTTP
-	// (Skipper's routes URL).
-	ObserverURL string
-	// ObserverInterval is how often observers are polled.
-	ObserverInterval time.Duration
+	// ObserverOptions configure it (URLs, interval, selectors, command).
+	ObserverOptions upstream.Options
 
 	Rate      float64
 	KeepAlive bool
@@ -107,8 +106,14 @@ type Config struct {
 	// the recommendation adds it to the grace period.
 	Drain time.Duration
 
+	// ToolVersion, ClusterName (the kubeconfig context) and Flags (as given)
+	// go into the results header.
+	ToolVersion string
+	ClusterName string
+	Flags       map[string]string
+
 	// Clock stamps every tool-clock stage.
-	Clock clock.Clock
+	Clock clock.WithTicker
 }
 
 // Validate checks the fields and their combinations; messages name the flag

@@ -1,0 +1,99 @@
+package measure
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/epwindow/epwindow/probe"
+)
+
+// probeClient talks to probe pods through the API server's pod proxy
+// (pods/proxy), so the tool needs no route to pod addresses.
+type probeClient struct {
+	client kubernetes.Interface
+	ns     string
+	port   int32
+}
+
+func (p probeClient) portName(pod string) string {
+	return pod + ":" + strconv.Itoa(int(p.port))
+}
+
+// timeline reads GET /timeline of a running (possibly terminating) probe.
+func (p probeClient) timeline(ctx context.Context, pod string) (*probe.Timeline, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	body, err := p.client.CoreV1().RESTClient().Get().Namespace(p.ns).Resource("pods").
+		Name(p.portName(pod)).SubResource("proxy").Suffix("timeline").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read probe timeline of pod %s/%s through the pod proxy (needs get pods/proxy): %w", p.ns, pod, err)
+	}
+	return decodeTimeline(body)
+}
+
+// release ends a terminating probe's hold (POST /release).
+func (p probeClient) release(ctx context.Context, pod string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := p.client.CoreV1().RESTClient().Post().Namespace(p.ns).Resource("pods").
+		Name(p.portName(pod)).SubResource("proxy").Suffix("release").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("release probe pod %s/%s through the pod proxy (needs create pods/proxy): %w", p.ns, pod, err)
+	}
+	return nil
+}
+
+// probeClock reads GET /clock: the probe's time.
+func (p probeClient) probeClock(ctx context.Context, pod string) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	body, err := p.client.CoreV1().RESTClient().Get().Namespace(p.ns).Resource("pods").
+		Name(p.portName(pod)).SubResource("proxy").Suffix("clock").DoRaw(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read probe clock of pod %s/%s: %w", p.ns, pod, err)
+	}
+	var c struct {
+		UnixNS int64 `json:"unix_ns"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil || c.UnixNS == 0 {
+		return time.Time{}, fmt.Errorf("probe clock of pod %s/%s: unexpected body %.100q", p.ns, pod, body)
+	}
+	return time.Unix(0, c.UnixNS), nil
+}
+
+func decodeTimeline(body []byte) (*probe.Timeline, error) {
+	var tl probe.Timeline
+	if err := json.Unmarshal(body, &tl); err != nil {
+		return nil, fmt.Errorf("decode probe timeline: %w", err)
+	}
+	if tl.Version == 0 || tl.Version > probe.TimelineVersion {
+		return nil, fmt.Errorf("probe timeline version %d: this epwindow reads version %d; use the same epwindow version for the probe image", tl.Version, probe.TimelineVersion)
+	}
+	return &tl, nil
+}
+
+// terminationTimeline returns the timeline the probe container wrote as its
+// termination message, if the pod status carries one.
+func terminationTimeline(pod *corev1.Pod, container string) (*probe.Timeline, *corev1.ContainerStateTerminated) {
+	if pod == nil {
+		return nil, nil
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != container || cs.State.Terminated == nil {
+			continue
+		}
+		term := cs.State.Terminated
+		tl, err := decodeTimeline([]byte(term.Message))
+		if err != nil {
+			return nil, term
+		}
+		return tl, term
+	}
+	return nil, nil
+}

@@ -1,0 +1,352 @@
+package measure
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/measure/load"
+	"github.com/epwindow/epwindow/measure/upstream"
+	"github.com/epwindow/epwindow/results"
+)
+
+// probeContainer is the probe's container name in the embedded manifests.
+const probeContainer = "probe"
+
+// Sink receives a run's results as they are produced: the header once the
+// workload is up, then each trial as it ends (so an interrupted run keeps
+// every finished trial).
+type Sink interface {
+	Header(*results.Header) error
+	Trial(*results.Record) error
+}
+
+// Progress is what a run reports while it works, for a progress line.
+type Progress struct {
+	// Phase is "setup", "steady", "trial" or "cleanup".
+	Phase  string
+	Trial  int
+	Trials int
+	// Stage is the latest stage seen in the current trial.
+	Stage string
+	// LastWindow is the previous valid trial's window.
+	LastWindow time.Duration
+	// Message says what the run waits for, in words.
+	Message string
+}
+
+// runner is one run's state.
+type runner struct {
+	cfg      Config
+	ns       string
+	runID    string
+	wl       *deploy.Workload
+	watch    *watcher
+	tracker  *upstream.Tracker
+	gen      *load.Generator
+	probes   probeClient
+	progress func(Progress)
+	last     Progress
+}
+
+// Run measures cfg.Trials trials and hands each to sink. Whatever happens —
+// success, error or ctx cancelled (Ctrl-C) — it deletes the namespace it
+// created, unless cfg.Keep, and it never deletes or changes anything else.
+func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (err error) {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if progress == nil {
+		progress = func(Progress) {}
+	}
+	r := &runner{cfg: cfg, progress: progress, runID: newRunID()}
+	r.ns = "epwindow-" + r.runID
+	r.last = Progress{Trials: cfg.Trials}
+
+	serverVersion := ""
+	if v, verr := cfg.Client.Discovery().ServerVersion(); verr == nil {
+		serverVersion = v.GitVersion
+	} else {
+		return fmt.Errorf("reach the API server (check --kubeconfig / --context): %w", verr)
+	}
+
+	wl, err := deploy.Render(deploy.Params{
+		Namespace: r.ns, Name: "probe", Replicas: cfg.Replicas, Image: cfg.Image,
+		IngressClass: cfg.IngressClass, Host: cfg.Host, Hold: cfg.Hold, GracePeriod: cfg.GracePeriod(),
+		PreStop: cfg.PreStop, PreStopSleep: cfg.PreStopSleep, ExitOnSigterm: cfg.ExitOnSigterm,
+		ClockOffset: cfg.ProbeClockOffset, RunID: r.runID,
+	})
+	if err != nil {
+		return fmt.Errorf("render the probe workload: %w", err)
+	}
+	r.wl = wl
+
+	r.report(Progress{Phase: "setup", Message: "creating namespace " + r.ns})
+	if err := r.create(ctx); err != nil {
+		return errors.Join(err, r.cleanup())
+	}
+	defer func() {
+		if cerr := r.cleanup(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+
+	g, gctx := errgroup.WithContext(ctx)
+	runErr := r.measure(gctx, g, sink, serverVersion)
+	if runErr != nil {
+		// Stop the background loops; their errors are secondary.
+		return errors.Join(runErr, context.Cause(gctx))
+	}
+	return nil
+}
+
+func newRunID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (r *runner) report(p Progress) {
+	if p.Trials == 0 {
+		p.Trials = r.cfg.Trials
+	}
+	if p.LastWindow == 0 {
+		p.LastWindow = r.last.LastWindow
+	}
+	r.last = p
+	r.progress(p)
+}
+
+// create makes the namespace, Service, Deployment and Ingress. The namespace
+// is labelled as epwindow's and named by the run id; nothing is created
+// outside it.
+func (r *runner) create(ctx context.Context) error {
+	c := r.cfg.Client
+	if _, err := c.CoreV1().Namespaces().Create(ctx, r.wl.Namespace, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create namespace %s (needs create namespaces): %w", r.ns, err)
+	}
+	if _, err := c.CoreV1().Services(r.ns).Create(ctx, r.wl.Service, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create service %s/%s: %w", r.ns, r.wl.Service.Name, err)
+	}
+	if _, err := c.AppsV1().Deployments(r.ns).Create(ctx, r.wl.Deployment, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create deployment %s/%s: %w", r.ns, r.wl.Deployment.Name, err)
+	}
+	if _, err := c.NetworkingV1().Ingresses(r.ns).Create(ctx, r.wl.Ingress, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ingress %s/%s: %w", r.ns, r.wl.Ingress.Name, err)
+	}
+	return nil
+}
+
+// cleanup deletes the run's namespace and waits until it is gone, on a
+// context of its own so that it also runs after Ctrl-C. Probe pods are
+// released and deleted with a short grace first, so the namespace does not
+// wait out the long measuring grace period.
+func (r *runner) cleanup() error {
+	if r.cfg.Keep {
+		r.report(Progress{Phase: "cleanup", Message: "keeping namespace " + r.ns + " (--keep)"})
+		return nil
+	}
+	r.report(Progress{Phase: "cleanup", Message: "deleting namespace " + r.ns})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := r.cfg.Client
+	ns, err := c.CoreV1().Namespaces().Get(ctx, r.ns, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("clean up: get namespace %s: %w", r.ns, err)
+	}
+	if ns.Labels[deploy.LabelManagedBy] != deploy.ManagedByValue || ns.Labels[deploy.LabelRunID] != r.runID {
+		// Never delete what this run did not create.
+		return fmt.Errorf("clean up: namespace %s is not this run's (labels %v); left alone", r.ns, ns.Labels)
+	}
+	_ = c.AppsV1().Deployments(r.ns).Delete(ctx, r.wl.Deployment.Name, metav1.DeleteOptions{})
+	if pods, err := c.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: r.podSelector().String()}); err == nil {
+		for _, p := range pods.Items {
+			_ = r.probes.release(ctx, p.Name)
+			_ = c.CoreV1().Pods(r.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(1))})
+		}
+	}
+	uid := ns.UID
+	if err := c.CoreV1().Namespaces().Delete(ctx, r.ns, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("clean up: delete namespace %s (delete it by hand: kubectl delete namespace %s): %w", r.ns, r.ns, err)
+	}
+	for {
+		if _, err := c.CoreV1().Namespaces().Get(ctx, r.ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("clean up: namespace %s still terminating after 2m; it will go by itself (check: kubectl get namespace %s)", r.ns, r.ns)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func (r *runner) podSelector() labels.Selector {
+	return labels.SelectorFromSet(r.wl.Deployment.Spec.Selector.MatchLabels)
+}
+
+// measure starts the watches, the observer and the load, waits for steady
+// state and runs the trials.
+func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serverVersion string) error {
+	cfg := r.cfg
+	r.probes = probeClient{client: cfg.Client, ns: r.ns, port: deploy.DefaultPort}
+	r.watch = newWatcher(cfg.Client, cfg.Clock, r.ns, r.podSelector(), r.wl.Service.Name)
+	if err := r.watch.start(ctx); err != nil {
+		return err
+	}
+
+	target := upstream.Target{Namespace: r.ns, Service: r.wl.Service.Name, Port: r.wl.Service.Spec.Ports[0].Port,
+		Ingress: r.wl.Ingress.Name, Host: cfg.Host}
+	obs, choice, err := upstream.New(ctx, cfg.Observer, upstream.Deps{Client: cfg.Client, Config: cfg.RESTConfig, Clock: cfg.Clock},
+		target, cfg.ObserverOptions)
+	if err != nil {
+		return fmt.Errorf("--%s %s: %w", FlagObserver, cfg.Observer, err)
+	}
+	defer obs.Close()
+	r.report(Progress{Phase: "setup", Message: "observer " + choice.String()})
+	r.tracker = upstream.NewTracker(obs, cfg.Clock, 0)
+	g.Go(func() error { return r.tracker.Run(ctx) })
+
+	gen, err := load.New(load.Config{URL: cfg.URL.String(), Host: cfg.Host, Rate: cfg.Rate, KeepAlive: cfg.KeepAlive}, cfg.Clock)
+	if err != nil {
+		return err
+	}
+	r.gen = gen
+	g.Go(func() error { return gen.Run(ctx) })
+
+	if err := r.waitSteady(ctx, nil); err != nil {
+		return err
+	}
+	h := &results.Header{
+		Kind: results.KindHeader, Schema: results.SchemaVersion, ToolVersion: cfg.ToolVersion,
+		StartedAt: cfg.Clock.Now(), ServerVersion: serverVersion, Cluster: cfg.ClusterName,
+		Ingress: results.Ingress{Class: cfg.IngressClass, Controller: choice.Controller, Settings: obs.Settings(ctx)},
+		Mode:    string(cfg.Mode), Namespace: r.ns, Replicas: int(cfg.Replicas), Rate: cfg.Rate, Keepalive: cfg.KeepAlive,
+		DrainNS: int64(cfg.Drain), Flags: cfg.Flags,
+	}
+	if obs.Name() != upstream.KindNone {
+		h.Observers = []results.Observer{{Name: obs.Name(), ResolutionNS: int64(obs.Resolution()), Settings: obs.Settings(ctx)}}
+	}
+	if err := sink.Header(h); err != nil {
+		return fmt.Errorf("write results header: %w", err)
+	}
+
+	for i := 1; i <= cfg.Trials; i++ {
+		rec, err := r.trial(ctx, i)
+		if rec != nil {
+			if werr := sink.Trial(rec); werr != nil {
+				return fmt.Errorf("write trial %d: %w", i, werr)
+			}
+			if w, ok := rec.Window(); ok && rec.Valid {
+				r.last.LastWindow = w
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if i < cfg.Trials {
+			if err := r.waitSteady(ctx, rec); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// steadyPods returns the probe pods that are Running, Ready and not
+// terminating.
+func (r *runner) steadyPods() ([]*corev1.Pod, error) {
+	pods, err := r.watch.pods.Pods(r.ns).List(r.podSelector())
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) && p.Status.PodIP != "" {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitSteady waits until all replicas are Ready, ready in the slices, listed
+// by every observed upstream, and each has served load since the wait began.
+func (r *runner) waitSteady(ctx context.Context, _ *results.Record) error {
+	start := r.cfg.Clock.Now()
+	deadline := time.NewTimer(r.cfg.SettleTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		why := r.steadyState(start)
+		if why == "" {
+			return nil
+		}
+		r.report(Progress{Phase: "steady", Trial: r.last.Trial, Message: why})
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-deadline.C:
+			return fmt.Errorf("no steady state after %s (--%s): %s", r.cfg.SettleTimeout, FlagSettle, why)
+		case <-tick.C:
+		}
+	}
+}
+
+// steadyState says what is missing for steady state, or "" when there.
+func (r *runner) steadyState(since time.Time) string {
+	pods, err := r.steadyPods()
+	if err != nil {
+		return err.Error()
+	}
+	if len(pods) != int(r.cfg.Replicas) {
+		return fmt.Sprintf("%d of %d probe pods ready", len(pods), r.cfg.Replicas)
+	}
+	slices, err := r.watch.slices.EndpointSlices(r.ns).List(r.watch.sliceSel)
+	if err != nil {
+		return err.Error()
+	}
+	var addrs []netip.AddrPort
+	for _, p := range pods {
+		a, err := netip.ParseAddr(p.Status.PodIP)
+		if err != nil {
+			return fmt.Sprintf("pod %s has address %q", p.Name, p.Status.PodIP)
+		}
+		if st, ok := addressState(slices, a); !ok || !st.Ready {
+			return fmt.Sprintf("pod %s (%s) not yet ready in the EndpointSlices", p.Name, a)
+		}
+		addrs = append(addrs, netip.AddrPortFrom(a, uint16(deploy.DefaultPort)))
+		if ps, ok := r.gen.Pod(p.Name); !ok || ps.Last.Before(since) {
+			return fmt.Sprintf("pod %s not yet receiving load through %s", p.Name, r.cfg.URL)
+		}
+	}
+	if ok, why := r.tracker.Steady(addrs); !ok {
+		return why
+	}
+	return ""
+}

@@ -1,0 +1,365 @@
+package measure
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/measure/load"
+	"github.com/epwindow/epwindow/measure/upstream"
+	"github.com/epwindow/epwindow/probe"
+	"github.com/epwindow/epwindow/results"
+)
+
+// pollEvery is how often a trial re-checks its release condition and keeps
+// a fresh copy of the probe's timeline.
+const pollEvery = 200 * time.Millisecond
+
+// timelineEvery is how often a terminating probe's timeline is read through
+// the pod proxy: the fallback if the termination message never arrives.
+const timelineEvery = time.Second
+
+// pickPod chooses the trial's victim: the oldest ready pod, as a rolling
+// update would, with the name breaking ties so the choice is reproducible.
+func pickPod(pods []*corev1.Pod) *corev1.Pod {
+	if len(pods) == 0 {
+		return nil
+	}
+	return slices.MinFunc(pods, func(a, b *corev1.Pod) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		if a.Name < b.Name {
+			return -1
+		}
+		return 1
+	})
+}
+
+// trialInput is everything one trial gathered; buildRecord turns it into a
+// record without touching the cluster.
+type trialInput struct {
+	trial     int
+	pod, node string
+	addr      netip.Addr
+	t0, acked time.Time
+	watch     trialWatch
+	observer  string // "" or upstream.KindNone when there is none
+	removals  []upstream.Removal
+	// timeline is the probe's own record, from its termination message or
+	// the last read through the pod proxy (timelineSource says which).
+	timeline       *probe.Timeline
+	timelineSource string
+	// exitByKubelet is the container's terminated state, for the exit time
+	// when the probe's own record lacks it.
+	exitByKubelet *corev1.ContainerStateTerminated
+	skew          load.Estimate
+	skewOK        bool
+	clientLast    load.PodStats
+	clientOK      bool
+	failures      map[string]int
+	maxSkew       time.Duration
+	invalid       []string
+}
+
+// buildRecord assembles a trial's record. Pod-clock instants are corrected
+// by the skew estimate and carry its uncertainty; a trial with missing or
+// suspect data is kept, marked invalid with every reason.
+func buildRecord(in trialInput) *results.Record {
+	rec := &results.Record{
+		Kind: results.KindTrial, Trial: in.trial, Pod: in.pod, Node: in.node, PodIP: in.addr.String(),
+		T0: in.t0, ClientFailures: in.failures,
+	}
+	invalid := slices.Clone(in.invalid)
+	add := func(name, key string, at time.Time, unc time.Duration, clk results.Clock) {
+		if at.IsZero() {
+			return
+		}
+		rec.Stages = append(rec.Stages, results.Stage{Name: name, Key: key, At: at, OffsetNS: int64(at.Sub(in.t0)),
+			UncertaintyNS: int64(unc), Clock: clk})
+	}
+	// DeleteSent (T0) / DeleteAcked: the DELETE call, tool clock, µs.
+	add(results.StageDeleteSent, "", in.t0, 0, results.ClockTool)
+	add(results.StageDeleteAcked, "", in.acked, 0, results.ClockTool)
+	w := in.watch
+	add(results.StagePodTerminatingSeen, "", w.terminatingSeen, 0, results.ClockTool)
+	// ServerDeleteTime: metav1.Time, 1 s resolution — a cross-check only.
+	add(results.StageServerDeleteTime, "", w.serverDeleteTime, time.Second, results.ClockAPIServer)
+	add(results.StageSliceNotReady, "", w.sliceNotReady, 0, results.ClockTool)
+	add(results.StageSliceNotServing, "", w.sliceNotServing, 0, results.ClockTool)
+	add(results.StageSliceRemoved, "", w.sliceRemoved, 0, results.ClockTool)
+	add(results.StagePodDeleted, "", w.podDeleted, 0, results.ClockTool)
+	if w.terminatingSeen.IsZero() {
+		invalid = append(invalid, "the pod watch never showed the pod terminating")
+	}
+	if w.sliceNotReady.IsZero() {
+		invalid = append(invalid, "the EndpointSlice watch never showed the address not ready")
+	}
+	if w.podDeleted.IsZero() {
+		invalid = append(invalid, "the pod watch never showed the pod deleted")
+	} else if w.deletedOnRelist {
+		invalid = append(invalid, "the pod's deletion was seen only on a relist (the watch broke): pod_deleted is not a watch delivery")
+	}
+
+	// UpstreamLastPresent / UpstreamRemoved: observer polls, tool clock; the
+	// truth lies in [last present sent, removed answered].
+	if in.observer != "" && in.observer != upstream.KindNone {
+		if len(in.removals) == 0 {
+			invalid = append(invalid, fmt.Sprintf("the %s observer never listed %s: its removal cannot be timed", in.observer, in.addr))
+		}
+		for _, rm := range in.removals {
+			after, notAfter := rm.Bracket()
+			add(results.StageUpstreamLastSeen, rm.Key(), rm.LastPresent.At, rm.Resolution, results.ClockTool)
+			if rm.Done() {
+				add(results.StageUpstreamRemoved, rm.Key(), rm.Removed.At, notAfter.Sub(after), results.ClockTool)
+			}
+			if why := rm.Invalid(); why != "" {
+				invalid = append(invalid, why)
+			}
+		}
+	}
+
+	// ClientLastRouted: the load generator's last response from this pod, tool clock, ms.
+	if in.clientOK {
+		add(results.StageClientLastRouted, "", in.clientLast.Last, in.clientLast.Last.Sub(in.clientLast.LastSent), results.ClockTool)
+	}
+
+	// Pod-clock stages: the probe's record, corrected by the skew estimate.
+	if !in.skewOK {
+		invalid = append(invalid, "no clock-skew estimate for the probe: its stages cannot be put on the tool's clock")
+	} else {
+		rec.SkewNS, rec.SkewUncertaintyNS = int64(in.skew.Offset), int64(in.skew.Uncertainty)
+		if in.maxSkew > 0 && in.skew.Uncertainty > in.maxSkew {
+			invalid = append(invalid, fmt.Sprintf("clock-skew bound ±%s exceeds --%s %s", in.skew.Uncertainty, FlagMaxSkew, in.maxSkew))
+		}
+	}
+	tl := in.timeline
+	if tl == nil {
+		invalid = append(invalid, "the probe's record could not be read (pod proxy and termination message): "+in.timelineSource)
+	}
+	if tl != nil && in.skewOK {
+		unc := in.skew.Uncertainty
+		pod := func(name, key string, t *time.Time) {
+			if t != nil {
+				add(name, key, in.skew.ToTool(*t), unc, results.ClockPod)
+			}
+		}
+		pod(results.StagePrestopCalled, "", tl.PrestopCalled)
+		pod(results.StageSigterm, "", tl.Sigterm)
+		pod(results.StageLastRequest, "", tl.LastTrafficRequest)
+		var latestPeer *time.Time
+		for _, p := range tl.Peers {
+			if p.LastTrafficAccept == nil {
+				continue
+			}
+			pod(results.StageLastAccept, p.Addr, p.LastTrafficAccept)
+			if latestPeer == nil || p.LastTrafficAccept.After(*latestPeer) {
+				latestPeer = p.LastTrafficAccept
+			}
+		}
+		// Peers trimmed away (cap or 4 KiB termination message) still count.
+		if tl.LastTrafficAccept != nil && (latestPeer == nil || tl.LastTrafficAccept.After(*latestPeer)) {
+			pod(results.StageLastAccept, "other", tl.LastTrafficAccept)
+		}
+		if tl.Sigterm == nil {
+			invalid = append(invalid, "the probe never received SIGTERM")
+		}
+		// ContainerExit: the probe's own exit record, pod clock, ms.
+		pod(results.StageContainerExit, "", tl.Exit)
+	}
+	if (tl == nil || tl.Exit == nil) && in.exitByKubelet != nil && !in.exitByKubelet.FinishedAt.IsZero() {
+		// ContainerExit: kubelet-reported finishedAt, 1 s resolution.
+		add(results.StageContainerExit, "", in.exitByKubelet.FinishedAt.Time, time.Second, results.ClockKubelet)
+	}
+	slices.SortStableFunc(rec.Stages, func(a, b results.Stage) int { return a.At.Compare(b.At) })
+	rec.Valid = len(invalid) == 0
+	if !rec.Valid {
+		rec.Invalid = joinReasons(invalid)
+	}
+	return rec
+}
+
+func joinReasons(rs []string) string {
+	out := ""
+	for i, r := range rs {
+		if i > 0 {
+			out += "; "
+		}
+		out += r
+	}
+	return out
+}
+
+// trial deletes one pod and records every stage of its removal.
+func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
+	cfg := r.cfg
+	pods, err := r.steadyPods()
+	if err != nil {
+		return nil, err
+	}
+	pod := pickPod(pods)
+	if pod == nil {
+		return nil, fmt.Errorf("trial %d: no ready probe pod to delete", i)
+	}
+	addr, err := netip.ParseAddr(pod.Status.PodIP)
+	if err != nil {
+		return nil, fmt.Errorf("trial %d: pod %s address %q: %w", i, pod.Name, pod.Status.PodIP, err)
+	}
+	addrPort := netip.AddrPortFrom(addr, uint16(deploy.DefaultPort))
+	in := trialInput{trial: i, pod: pod.Name, node: pod.Spec.NodeName, addr: addr, observer: r.tracker.Observer().Name(),
+		maxSkew: cfg.MaxSkewUncertainty}
+	r.report(Progress{Phase: "trial", Trial: i, Stage: "delete", Message: "deleting " + pod.Name})
+
+	// A pod that served no load has no skew estimate from responses; ask its
+	// /clock through the pod proxy while it still runs.
+	if _, ok := r.gen.Skew(pod.Name); !ok {
+		if est, err := load.ClockSample(ctx, cfg.Clock, func(ctx context.Context) (time.Time, error) {
+			return r.probes.probeClock(ctx, pod.Name)
+		}, 5); err == nil {
+			in.skew, in.skewOK = est, true
+		}
+	}
+
+	r.watch.begin(pod, addr)
+	grace := int64(cfg.GracePeriod() / time.Second)
+	uid := pod.UID
+	in.t0 = cfg.Clock.Now() // T0: stamped just before DELETE is sent, tool clock.
+	err = cfg.Client.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
+	in.acked = cfg.Clock.Now()
+	if err != nil {
+		r.watch.end()
+		return nil, fmt.Errorf("trial %d: delete pod %s/%s (needs delete pods): %w", i, r.ns, pod.Name, err)
+	}
+
+	// Hold until the address is gone from every observed upstream list and
+	// no traffic reached the pod for the quiet period, or the hold runs out.
+	var lastRead time.Time
+	var tl *probe.Timeline
+	var tlErr error
+	holdEnd := in.t0.Add(cfg.Hold)
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	hitHold := false
+	for {
+		now := cfg.Clock.Now()
+		if now.Sub(lastRead) >= timelineEvery {
+			if t, err := r.probes.timeline(ctx, pod.Name); err == nil {
+				tl = t
+			} else {
+				tlErr = err
+			}
+			lastRead = now
+		}
+		stage, quietSince, removed := r.releaseState(in, addrPort)
+		r.report(Progress{Phase: "trial", Trial: i, Stage: stage})
+		if removed && now.Sub(quietSince) >= cfg.QuietPeriod {
+			break
+		}
+		if now.After(holdEnd) {
+			hitHold = true
+			break
+		}
+		select {
+		case <-ctx.Done():
+			r.watch.end()
+			return nil, context.Cause(ctx)
+		case <-tick.C:
+		}
+	}
+	if hitHold {
+		in.invalid = append(in.invalid, fmt.Sprintf("traffic or upstream listing went on past --%s %s: the window is longer than the hold", FlagHold, cfg.Hold))
+	}
+	if t, err := r.probes.timeline(ctx, pod.Name); err == nil {
+		tl = t
+	} else {
+		tlErr = err
+	}
+	if err := r.probes.release(ctx, pod.Name); err != nil && !hitHold {
+		// The probe will still exit at --hold; the record may then come only
+		// from its termination message.
+		tlErr = err
+	}
+	r.report(Progress{Phase: "trial", Trial: i, Stage: "released"})
+
+	// Wait for the pod object to go and the address to leave every slice.
+	deadline := time.NewTimer(cfg.GracePeriod() + 30*time.Second)
+	defer deadline.Stop()
+wait:
+	for {
+		s := r.watch.snapshot()
+		if !s.podDeleted.IsZero() && !s.sliceRemoved.IsZero() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			r.watch.end()
+			return nil, context.Cause(ctx)
+		case <-deadline.C:
+			in.invalid = append(in.invalid, "the pod or its endpoint was not removed within the grace period + 30s")
+			break wait
+		case <-r.watch.changed:
+		case <-tick.C:
+		}
+	}
+	end := cfg.Clock.Now()
+	in.watch = r.watch.end()
+	in.removals = r.tracker.Removals(addrPort)
+	r.tracker.Forget(addrPort)
+	if termTL, term := terminationTimeline(in.watch.lastPod, probeContainer); termTL != nil {
+		in.timeline, in.timelineSource = termTL, "termination message"
+		in.exitByKubelet = term
+	} else {
+		in.exitByKubelet = term
+		in.timeline, in.timelineSource = tl, "pod proxy"
+		if tl == nil && tlErr != nil {
+			in.timelineSource = tlErr.Error()
+		}
+	}
+	if ps, ok := r.gen.Pod(pod.Name); ok {
+		in.clientLast, in.clientOK = ps, true
+	}
+	if est, ok := r.gen.Skew(pod.Name); ok {
+		in.skew, in.skewOK = est, true
+	}
+	in.failures = r.gen.Failures(in.t0, end)
+	if e, ok := r.watch.watchErrorBetween(in.t0, end); ok {
+		in.invalid = append(in.invalid, fmt.Sprintf("the %s watch broke at %s: %s", e.resource, e.at.Format(time.RFC3339Nano), e.err))
+	}
+	return buildRecord(in), nil
+}
+
+// releaseState tells the trial's latest stage, since when no traffic reached
+// the pod (the later of its last response and its removal), and whether the
+// address is gone from every observed upstream list (the slices' not-ready
+// state when nothing is observed).
+func (r *runner) releaseState(in trialInput, addr netip.AddrPort) (stage string, quietSince time.Time, removed bool) {
+	s := r.watch.snapshot()
+	stage = "deleting"
+	if !s.terminatingSeen.IsZero() {
+		stage = results.StagePodTerminatingSeen
+	}
+	if !s.sliceNotReady.IsZero() {
+		stage, quietSince = results.StageSliceNotReady, s.sliceNotReady
+	}
+	if in.observer == "" || in.observer == upstream.KindNone {
+		removed = !s.sliceNotReady.IsZero()
+	} else if gone, _ := r.tracker.Gone(addr); gone {
+		stage, removed = results.StageUpstreamRemoved, true
+		for _, rm := range r.tracker.Removals(addr) {
+			if rm.Removed.At.After(quietSince) {
+				quietSince = rm.Removed.At
+			}
+		}
+	}
+	if ps, ok := r.gen.Pod(in.pod); ok && ps.Last.After(quietSince) {
+		quietSince = ps.Last
+	}
+	return stage, quietSince, removed
+}
