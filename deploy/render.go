@@ -36,6 +36,10 @@ const ProbeContainer = "probe"
 
 // Defaults of Params' zero values.
 const (
+	// DefaultImage is the base manifest's image: the tag `make image` gives
+	// the archive it writes (docker load / kind load image-archive).
+	DefaultImage = "epwindow:latest"
+
 	DefaultPort = 8080
 	// DefaultGraceMargin is added to hold + preStop sleep when
 	// Params.GracePeriod is 0: time for the probe to write its timeline and
@@ -67,8 +71,12 @@ type Params struct {
 	// unless released.
 	Hold time.Duration
 	// GracePeriod is terminationGracePeriodSeconds (rounded up to whole
-	// seconds); 0 means Hold + PreStopSleep + DefaultGraceMargin.
+	// seconds); 0 means Hold + PreStopSleep + GraceMargin, because the grace
+	// period includes the preStop hook and the hold starts at SIGTERM.
 	GracePeriod time.Duration
+	// GraceMargin is what a GracePeriod of 0 adds for the probe to write its
+	// timeline and exit; 0 means DefaultGraceMargin.
+	GraceMargin time.Duration
 	// PreStop installs the preStop httpGet /prestop hook.
 	PreStop bool
 	// PreStopSleep, when > 0, makes the hook GET /prestop?sleep=<d>, which the
@@ -140,6 +148,9 @@ func (p Params) Validate() error {
 	if p.GracePeriod < 0 {
 		return fmt.Errorf("--grace (%s) must not be negative", p.GracePeriod)
 	}
+	if p.GraceMargin < 0 {
+		return fmt.Errorf("--grace-margin (%s) must not be negative", p.GraceMargin)
+	}
 	if p.GracePeriod > 0 {
 		// The grace period includes the preStop hook's time
 		// (pkg/kubelet/kuberuntime/kuberuntime_container.go, killContainer);
@@ -192,7 +203,11 @@ func (p Params) OverlayFor() string {
 func (p Params) Grace() int64 {
 	g := p.GracePeriod
 	if g == 0 {
-		g = p.PreStopSleep + DefaultGraceMargin
+		margin := p.GraceMargin
+		if margin == 0 {
+			margin = DefaultGraceMargin
+		}
+		g = p.PreStopSleep + margin
 		if !p.ExitOnSigterm {
 			g += p.Hold
 		}

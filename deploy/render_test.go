@@ -188,6 +188,12 @@ func TestRenderOptions(t *testing.T) {
 				t.Errorf("service/ingress not on 9090")
 			}
 		}},
+		{"grace margin", func(p *Params) { p.GraceMargin = 4500 * time.Millisecond }, func(t *testing.T, wl *Workload) {
+			// 60s hold + 4.5s margin, rounded up.
+			if g := *wl.Deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; g != 65 {
+				t.Errorf("grace = %d, want 65", g)
+			}
+		}},
 		{"default class", func(p *Params) { p.IngressClass, p.Host = "", "" }, func(t *testing.T, wl *Workload) {
 			if wl.Ingress.Spec.IngressClassName != nil {
 				t.Errorf("ingressClassName = %q, want none (cluster default)", *wl.Ingress.Spec.IngressClassName)
@@ -285,6 +291,7 @@ func TestValidate(t *testing.T) {
 		{"negative sleep", func(p *Params) { p.PreStopSleep = -time.Second }, "--prestop-sleep"},
 		{"sleep without hook", func(p *Params) { p.PreStop, p.PreStopSleep = false, time.Second }, "--prestop"},
 		{"negative grace", func(p *Params) { p.GracePeriod = -time.Second }, "--grace"},
+		{"negative margin", func(p *Params) { p.GraceMargin = -time.Second }, "--grace-margin"},
 		{"grace shorter than hold", func(p *Params) { p.GracePeriod = 60 * time.Second }, "--grace (1m0s) must exceed --hold"},
 		{"grace covers sleep when exiting", func(p *Params) {
 			p.ExitOnSigterm, p.PreStopSleep, p.GracePeriod = true, 5*time.Second, 6*time.Second
@@ -358,4 +365,40 @@ func TestKustomizeRBAC(t *testing.T) {
 			t.Errorf("Kustomize(%q) has no role:\n%s", dir, out)
 		}
 	}
+}
+
+// TestBaseDefaults: the constants that describe the base agree with it.
+func TestBaseDefaults(t *testing.T) {
+	m, err := kustomize("base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range m.Resources() {
+		if r.GetKind() != "Deployment" {
+			continue
+		}
+		data, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d appsv1.Deployment
+		if err := yaml.UnmarshalStrict(data, &d); err != nil {
+			t.Fatal(err)
+		}
+		c := container(&d)
+		if c == nil {
+			t.Fatalf("base has no container %q", ProbeContainer)
+		}
+		if c.Image != DefaultImage {
+			t.Errorf("base image = %q, want DefaultImage %q", c.Image, DefaultImage)
+		}
+		if c.Ports[0].ContainerPort != DefaultPort {
+			t.Errorf("base port = %d, want DefaultPort %d", c.Ports[0].ContainerPort, DefaultPort)
+		}
+		if d.Labels[LabelName] != NameValue || d.Labels[LabelManagedBy] != ManagedByValue {
+			t.Errorf("base labels = %v", d.Labels)
+		}
+		return
+	}
+	t.Fatal("base has no Deployment")
 }
