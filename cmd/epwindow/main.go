@@ -23,6 +23,7 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			// One constructor per subcommand, each in its own file.
 			probeCommand(),
+			manifestsCommand(),
 		},
 		EnableBashCompletion: true,
 	}
