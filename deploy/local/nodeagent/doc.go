@@ -1,0 +1,43 @@
+// Package nodeagent is the node side of the local cluster: the subset of the
+// kubelet that pod termination timing depends on, running pods as plain
+// processes inside network namespaces on this machine.
+//
+// For every Node it is given it registers the Node object (Ready, InternalIP
+// 127.0.0.1, capacity, the kubelet endpoint) and keeps it Ready with Lease
+// heartbeats and NodeReady status updates. For every pod bound to one of those
+// nodes it creates a network namespace named "<prefix>-<pod UID>", attaches it
+// to the "<prefix>-br" bridge with the standard CNI plugins (bridge, host-local,
+// loopback from CNIBinDir), starts each container's command as a process in
+// that namespace, runs readiness probes and reports the pod status the way the
+// kubelet does. On deletion it follows the kubelet's order
+// (pkg/kubelet/kuberuntime/kuberuntime_container.go, killContainer): preStop
+// hook, SIGTERM, wait out the rest of the grace period, SIGKILL; then CNI DEL,
+// netns removal, and the final DELETE of the pod object with grace 0.
+//
+// Images are never pulled. A container's command names a local binary:
+// command[0]'s base name is looked up in Config.BinDir first (so
+// command: ["epwindow", "probe"] or ["/epwindow", "probe"] runs
+// BinDir/epwindow), then, if absent there, command[0] is resolved on this
+// machine's PATH (so ["sh", "-c", "..."] runs the host's /bin/sh). A container
+// without a command cannot run: it stays Waiting with reason
+// CreateContainerConfigError.
+//
+// Each container process is started through a re-exec shim (ShimMain, selected
+// by ShimArg as argv[1]) that enters the pod's network namespace, gets its own
+// mount and UTS namespaces (hostname = pod name), a tmpfs /dev holding the
+// basic device nodes and the container's termination-message file bind-mounted
+// from the host, optionally a read-only root, and then drops to the
+// securityContext's runAsUser/runAsGroup before exec. The binary embedding this
+// package must dispatch to ShimMain before doing anything else.
+//
+// Network safety: SetupNetwork installs an "unreachable" route for the whole
+// pod CIDR in the root namespace before any pod starts; the bridge carries
+// only the per-node /24 gateway addresses, and pods get no default route, so
+// nothing addressed to a pod address can leave the machine and pods can reach
+// only the bridge subnet. The bridge is never given a gateway role by the
+// plugin (isGateway false), so the host's ip_forward setting is left alone.
+//
+// It does not pull images, mount volumes, run liveness or startup probes,
+// postStart hooks, init containers, resource limits (cgroups), or PID/IPC
+// namespaces, and it does not inject Service environment variables.
+package nodeagent
