@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/epwindow/epwindow/deploy"
+)
+
+// runApp runs the CLI with args and returns its stdout and error.
+func runApp(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	app := newApp()
+	app.Writer, app.ErrWriter = &out, &errOut
+	// cli.Exit errors would end the test binary through os.Exit.
+	app.ExitErrHandler = func(*cli.Context, error) {}
+	err := app.RunContext(context.Background(), append([]string{"epwindow"}, args...))
+	return out.String(), err
+}
+
+func renderYAML(t *testing.T, p deploy.Params) string {
+	t.Helper()
+	wl, err := deploy.Render(p)
+	if err != nil {
+		t.Fatalf("Render: %v", err)
+	}
+	var buf bytes.Buffer
+	if err := deploy.WriteYAML(&buf, wl); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+// TestManifestsEqualsRender: `epwindow manifests` prints exactly what
+// deploy.Render gives for the same values — the objects measure applies.
+func TestManifestsEqualsRender(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want deploy.Params
+	}{
+		{"defaults", nil, deploy.Params{
+			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas,
+			Image: deploy.DefaultImage, Hold: defaultHold, GraceMargin: defaultGraceMargin, PreStop: true,
+		}},
+		{"every flag", []string{
+			"--namespace", "ns1", "--name", "web", "--replicas", "5", "--ingress-class", "nginx-internal",
+			"--overlay", "nginx", "--host", "probe.example.com", "--image", "registry.example.com/epwindow:v1",
+			"--hold", "45s", "--grace-margin", "10s", "--prestop-sleep", "8s", "--probe-clock-offset", "2s",
+			"--label", "team=platform", "--label", "cost-center=42",
+		}, deploy.Params{
+			Namespace: "ns1", Name: "web", Replicas: 5, IngressClass: "nginx-internal", Overlay: "nginx",
+			Host: "probe.example.com", Image: "registry.example.com/epwindow:v1", Hold: 45 * time.Second,
+			GraceMargin: 10 * time.Second, PreStop: true, PreStopSleep: 8 * time.Second, ClockOffset: 2 * time.Second,
+			Labels: map[string]string{"team": "platform", "cost-center": "42"},
+		}},
+		{"broken canary on alb", []string{"--ingress-class", "alb", "--prestop=false", "--exit-on-sigterm"}, deploy.Params{
+			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas, IngressClass: "alb",
+			Image: deploy.DefaultImage, Hold: defaultHold, GraceMargin: defaultGraceMargin, ExitOnSigterm: true,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := runApp(t, append([]string{"manifests"}, tt.args...)...)
+			if err != nil {
+				t.Fatalf("manifests: %v", err)
+			}
+			if want := renderYAML(t, tt.want); got != want {
+				t.Errorf("manifests printed\n%s\nwant (Render)\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestManifestsRBAC(t *testing.T) {
+	for _, v := range rbacVariants {
+		got, err := runApp(t, "manifests", "--rbac", v)
+		if err != nil {
+			t.Fatalf("--rbac %s: %v", v, err)
+		}
+		want, err := deploy.Kustomize("rbac/" + v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != string(want) {
+			t.Errorf("--rbac %s printed\n%s\nwant\n%s", v, got, want)
+		}
+	}
+}
+
+func TestManifestsBadInput(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--replicas", "0"}, "--replicas"},
+		{[]string{"--hold", "-1s"}, "--hold"},
+		{[]string{"--grace-margin", "0s"}, "--grace-margin"},
+		{[]string{"--prestop=false", "--prestop-sleep", "5s"}, "--prestop"},
+		{[]string{"--overlay", "istio"}, "--overlay"},
+		{[]string{"--label", "novalue"}, "--label"},
+		{[]string{"--rbac", "admin"}, "--rbac"},
+		{[]string{"--image", ""}, "--image"},
+		{[]string{"extra"}, "no arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, err := runApp(t, append([]string{"manifests"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one naming %q", err, tt.want)
+			}
+			if ec, ok := err.(cli.ExitCoder); !ok || ec.ExitCode() != 2 {
+				t.Errorf("err = %#v, want exit code 2 (bad input)", err)
+			}
+			if out != "" {
+				t.Errorf("printed %q on bad input", out)
+			}
+		})
+	}
+}
