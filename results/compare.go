@@ -43,13 +43,35 @@ const (
 	DefaultMinChangeRel = 0.10
 )
 
-// CompareQuantiles are the quantiles compared; VerdictQuantiles those a
-// verdict rests on. p99 is shown but not judged: with n ≤ 100 it is one
-// trial (the maximum), and one trial is noise.
-var (
-	CompareQuantiles = []float64{0.50, 0.95, 0.99}
-	VerdictQuantiles = map[float64]bool{0.50: true, 0.95: true}
-)
+// CompareLevel is the confidence level of a comparison's intervals. A
+// comparison asks one question per metric, and about five groups of them
+// move independently (API server, EndpointSlice controller, ingress, node,
+// probe); at 95% per metric, one comparison in five of two identical setups
+// would call something a change. 99% is that 5% family-wise rate, split
+// over the five groups (Bonferroni).
+const CompareLevel = 0.99
+
+// CompareResamples is the bootstrap size of a comparison: at 99% each tail
+// holds 25 of 5000 resamples.
+const CompareResamples = 5000
+
+// CompareQuantiles are the quantiles compared.
+var CompareQuantiles = []float64{0.50, 0.95, 0.99}
+
+// MinTailTrials is how many trials of each run must lie above a quantile
+// for a verdict to rest on it: n·(1−q) ≥ 5, so p50 is judged from 10
+// trials, p95 from 100, p99 from 500. Below that a quantile is one of the
+// few largest values, its bootstrap interval is unreliable (the resamples
+// cannot reach beyond the sample's maximum), and a single slow trial —
+// the EndpointSlice controller's occasional +1 s retry — would read as a
+// regression. Such quantiles are shown, not judged.
+const MinTailTrials = 5
+
+// Judged reports whether a verdict may rest on quantile q of runs of n0
+// and n1 trials.
+func Judged(q float64, n0, n1 int) bool {
+	return float64(min(n0, n1))*(1-q) >= MinTailTrials-1e-9
+}
 
 // QuantileChange is the change of one quantile of one metric.
 type QuantileChange struct {
@@ -60,13 +82,15 @@ type QuantileChange struct {
 	// Rel is DiffNS / |BaseNS| (0 when BaseNS is 0).
 	Rel float64 `json:"rel"`
 	// CILoNS, CIHiNS bound the difference (seeded percentile bootstrap of
-	// both runs, BootstrapResamples resamples, ConfidenceLevel).
+	// both runs, CompareResamples resamples, CompareLevel).
 	CILoNS int64 `json:"ci_lo_ns"`
 	CIHiNS int64 `json:"ci_hi_ns"`
 	// Significant: the interval excludes 0. Relevant: |DiffNS| reaches
-	// max(MinChange, MinChangeRel·|BaseNS|).
+	// max(MinChange, MinChangeRel·|BaseNS|). Judged: both runs have enough
+	// trials above the quantile (see Judged).
 	Significant bool `json:"significant"`
 	Relevant    bool `json:"relevant"`
+	Judged      bool `json:"judged"`
 }
 
 // MetricChange is the comparison of one metric.
@@ -85,9 +109,10 @@ type Comparison struct {
 }
 
 // Compare compares every metric of two closed summaries. The verdict rule:
-// a metric is worse when, for p50 or p95, the confidence interval of the
-// difference lies entirely above 0 AND the difference is relevant (see
-// CompareOptions); better symmetrically; worse wins over better (a fatter
+// a metric is worse when, for a judged quantile (see Judged: p50 from 10
+// trials, p95 from 100), the confidence interval of the difference lies
+// entirely above 0 AND the difference is relevant (see CompareOptions);
+// better symmetrically; worse wins over better (a fatter
 // tail with a faster median is still a regression); otherwise same. Noise —
 // a shift the interval cannot tell from 0, or a significant but tiny one —
 // is never called a regression.
@@ -117,7 +142,7 @@ func Compare(base, next *Summary, o CompareOptions) *Comparison {
 			for _, q := range CompareQuantiles {
 				qc := compareQuantile(name, q, x, y, sx, sy, o)
 				mc.Changes = append(mc.Changes, qc)
-				if !VerdictQuantiles[q] || !qc.Significant || !qc.Relevant {
+				if !qc.counts() {
 					continue
 				}
 				if qc.DiffNS > 0 {
@@ -176,13 +201,17 @@ func compareQuantile(name string, q float64, x, y, sx, sy []float64, o CompareOp
 	if bq != 0 {
 		qc.Rel = (nq - bq) / math.Abs(bq)
 	}
-	ci, _ := BootstrapQuantileDiff(x, y, q, BootstrapResamples, ConfidenceLevel, rngFor(fmt.Sprintf("compare/%s/%g", name, q)))
+	ci, _ := BootstrapQuantileDiff(x, y, q, CompareResamples, CompareLevel, rngFor(fmt.Sprintf("compare/%s/%g", name, q)))
 	qc.CILoNS, qc.CIHiNS = int64(ci.Lo), int64(ci.Hi)
 	qc.Significant = ci.Lo > 0 || ci.Hi < 0
 	minimum := max(float64(o.MinChange), o.MinChangeRel*math.Abs(bq))
 	qc.Relevant = math.Abs(nq-bq) >= minimum
+	qc.Judged = Judged(q, len(x), len(y))
 	return qc
 }
+
+// counts reports whether this change makes a verdict.
+func (qc QuantileChange) counts() bool { return qc.Judged && qc.Significant && qc.Relevant }
 
 // Metric returns the named metric's change.
 func (c *Comparison) Metric(name string) (MetricChange, bool) {
@@ -213,7 +242,7 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 			width = max(width, utf8.RuneCountInString(m.Metric))
 		}
 		pad := func(s string) string { return s + strings.Repeat(" ", width-utf8.RuneCountInString(s)) }
-		e.printf("%s %3s %3s %4s %8s %8s %8s %6s  %-21s  %s\n", pad("metric"), "n0", "n1", "q", "baseline", "new", "Δ", "Δ%", "95% CI of Δ", "verdict")
+		e.printf("%s %3s %3s %4s %8s %8s %8s %6s  %-21s  %s\n", pad("metric"), "n0", "n1", "q", "baseline", "new", "Δ", "Δ%", trimFloat(CompareLevel*100)+"% CI of Δ", "verdict")
 		for _, m := range c.Metrics {
 			if len(m.Changes) == 0 {
 				e.printf("%s %3d %3d %4s %8s %8s %8s %6s  %-21s  %s\n", pad(m.Metric), m.NBase, m.NNew, "", "-", "-", "-", "", "", m.Verdict)
@@ -225,8 +254,10 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 					name, verdict = pad(m.Metric), string(m.Verdict)
 				}
 				mark := " "
-				if VerdictQuantiles[qc.Quantile] && qc.Significant && qc.Relevant {
+				if qc.counts() {
 					mark = "*"
+				} else if !qc.Judged {
+					mark = "~"
 				}
 				rel := "-"
 				if qc.BaseNS != 0 {
@@ -237,8 +268,8 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 					"p"+trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), signedDur(qc.DiffNS), rel, mark, ci, verdict)
 			}
 		}
-		e.printf("\n* a p50/p95 change whose %s%% interval excludes 0 and that reaches max(%s, %s%% of the baseline):\n  only such changes make a verdict; p99 (the maximum for n ≤ 100) is shown, not judged.\n",
-			trimFloat(ConfidenceLevel*100), c.Options.MinChange, trimFloat(c.Options.MinChangeRel*100))
+		e.printf("\n* a change whose %s%% interval excludes 0 and that reaches max(%s, %s%% of the baseline):\n  only such changes make a verdict.\n~ not judged: fewer than %d trials of a run lie above this quantile (n·(1−q) < %d).\n",
+			trimFloat(CompareLevel*100), c.Options.MinChange, trimFloat(c.Options.MinChangeRel*100), MinTailTrials, MinTailTrials)
 		return e.err
 	}
 }
@@ -257,7 +288,7 @@ func NewCompareJSONReporter(c *Comparison) Reporter {
 type Thresholds struct {
 	// MaxP99 caps the p99 of a metric in the new run (--max-p99 window=3s).
 	MaxP99 map[string]time.Duration
-	// MaxRegression caps the relative increase of a p50/p95 that the
+	// MaxRegression caps the relative increase of a quantile that the
 	// comparison judged worse (--max-regression 20% → 0.2); 0 disables it.
 	MaxRegression float64
 }
@@ -346,10 +377,10 @@ func (t Thresholds) Check(next *Summary, c *Comparison) []Breach {
 				continue
 			}
 			for _, qc := range m.Changes {
-				if VerdictQuantiles[qc.Quantile] && qc.Significant && qc.Relevant && qc.DiffNS > 0 && (qc.BaseNS <= 0 || qc.Rel > t.MaxRegression) {
+				if qc.counts() && qc.DiffNS > 0 && (qc.BaseNS <= 0 || qc.Rel > t.MaxRegression) {
 					out = append(out, Breach{m.Metric, "max-regression", fmt.Sprintf("p%s %s → %s (%+.0f%% > %s%%, %s%% CI of Δ %s … %s)",
 						trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), qc.Rel*100, trimFloat(t.MaxRegression*100),
-						trimFloat(ConfidenceLevel*100), signedDur(qc.CILoNS), signedDur(qc.CIHiNS))})
+						trimFloat(CompareLevel*100), signedDur(qc.CILoNS), signedDur(qc.CIHiNS))})
 					break
 				}
 			}

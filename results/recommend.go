@@ -153,8 +153,11 @@ func (r *Recommendation) Formula() []string {
 			q, basis, fmtDur(r.CoverNS), fmtDur(r.MarginNS), fmtDur(int64(need)), ceilSeconds(need)),
 	}
 	if r.DeregistrationDelayNS > 0 {
-		lines = append(lines, fmt.Sprintf("deregistration_delay < preStop: %s < %ds",
-			fmtDur(r.DeregistrationDelayNS), r.PreStopSeconds))
+		l := fmt.Sprintf("deregistration_delay < preStop: %s < preStop → %ds", fmtDur(r.DeregistrationDelayNS), r.PreStopSeconds)
+		if ceilSeconds(need) < r.PreStopSeconds {
+			l += fmt.Sprintf(" (raised from %ds)", ceilSeconds(need))
+		}
+		lines = append(lines, l)
 	}
 	lines = append(lines, fmt.Sprintf("terminationGracePeriodSeconds ≥ preStop + drain + headroom = %ds + %s + %s → %ds",
 		r.PreStopSeconds, fmtDur(r.DrainNS), fmtDur(r.HeadroomNS), r.GraceSeconds))
@@ -173,8 +176,8 @@ func (s *Summary) Caveats() []string {
 	if r := d.Recommendation; r != nil {
 		q := "p" + trimFloat(r.Quantile*100)
 		if r.CoverIsMax {
-			out = append(out, fmt.Sprintf("With %d trials the %s is the largest value seen (the empirical %s of n ≤ %d is the maximum); the %s%% interval %s … %s shows how far it could move. More trials narrow it.",
-				r.N, q, q, int(math.Floor(1/(1-r.Quantile)+1e-9)), trimFloat(r.CILevel*100), fmtDur(r.CILoNS), fmtDur(r.CIHiNS)))
+			out = append(out, fmt.Sprintf("With %d trials the %s is the largest value seen (the empirical %s of fewer than %d trials is the maximum); the %s%% interval %s … %s shows how far it could move. More trials narrow it.",
+				r.N, q, q, int(math.Round(1/(1-r.Quantile))), trimFloat(r.CILevel*100), fmtDur(r.CILoNS), fmtDur(r.CIHiNS)))
 		}
 		switch {
 		case r.Basis == StageSigterm:

@@ -14,7 +14,7 @@ import (
 // interpolation below the data. For a preStop recommendation that is the
 // conservative choice (a linear interpolation would report a p99 that no
 // trial reached and that one trial in the sample exceeded). Its price: for
-// n ≤ 100 the p99 is the sample maximum, which the reports say.
+// n < 100 the p99 is the sample maximum, which the reports say.
 const quantileKind = stat.Empirical
 
 // Quantile is the p-quantile of sorted (ascending) by the empirical
