@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/guptarohit/asciigraph"
 )
@@ -89,7 +88,10 @@ func NewPlotReporter(s *Summary) Reporter {
 			asciigraph.SeriesChars(chars...),
 			asciigraph.XAxisRange(float64(trials[0]), float64(trials[len(trials)-1])), asciigraph.XAxisTickCount(5),
 			asciigraph.XAxisValueFormatter(func(v float64) string { return fmt.Sprintf("%.0f", v) }),
-			asciigraph.Caption("offset from T0 (s) per trial: "+strings.Join(legend, ", "))))
+			asciigraph.Caption("offset from T0 (s) per trial")))
+		for _, l := range wrap(legend, ", ", 72) {
+			e.printf("        %s\n", l)
+		}
 		return e.err
 	}
 }

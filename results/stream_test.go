@@ -3,6 +3,7 @@ package results
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -205,4 +206,10 @@ func TestWriterFlushesEachRecord(t *testing.T) {
 			t.Fatalf("after trial %d the sink holds %d whole lines, want %d", r.Trial, got, i+2)
 		}
 	}
+}
+
+func jsonUnmarshalStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }

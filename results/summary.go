@@ -289,3 +289,17 @@ func (d *SummaryDoc) InvalidSorted() []string {
 	})
 	return keys
 }
+
+// Summarize adds every trial of a decoded file to a new Summary, marks it
+// interrupted when the file says so, and closes it.
+func Summarize(f *File, opts Options) *Summary {
+	s := NewSummary(f.Header, opts)
+	for i := range f.Trials {
+		s.Add(&f.Trials[i])
+	}
+	if f.Interrupted() {
+		s.MarkInterrupted()
+	}
+	s.Close()
+	return s
+}

@@ -1,0 +1,177 @@
+package results
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/ (inputs from the synthetic generator, and golden outputs)")
+
+// The golden inputs: a finished run, the baseline it is compared with (a
+// faster ingress poll), and an interrupted run.
+var goldenInputs = map[string]struct {
+	spec      synthSpec
+	summary   bool
+	cutLastAt int // bytes cut off the end
+}{
+	"run.jsonl":         {spec: synthSpec{seed: 1, trials: 20, poll: 3 * time.Second, invalid: map[int]string{4: "probe unreachable", 11: "skew bound 60ms > 50ms"}}, summary: true},
+	"baseline.jsonl":    {spec: synthSpec{seed: 2, trials: 20, poll: time.Second}, summary: true},
+	"interrupted.jsonl": {spec: synthSpec{seed: 3, trials: 6, poll: 3 * time.Second, noPrestop: true}, cutLastAt: 37},
+}
+
+func writeInputs(t *testing.T) {
+	for name, in := range goldenInputs {
+		var sum *SummaryDoc
+		if in.summary {
+			sum = synthSummary(in.spec).Doc()
+		}
+		b := writeRun(t, synthHeader(in.spec), synthTrials(in.spec), sum)
+		b = b[:len(b)-in.cutLastAt]
+		if err := os.WriteFile(filepath.Join("testdata", name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func load(t *testing.T, name string) *Summary {
+	t.Helper()
+	fh, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatalf("%v (run go test ./results -update to create it)", err)
+	}
+	defer fh.Close()
+	f, err := Decode(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Summarize(f, Options{})
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./results -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file (run go test ./results -update if the change is intended):\n--- got\n%s", name, got)
+	}
+}
+
+func TestGoldenReports(t *testing.T) {
+	if *update {
+		writeInputs(t)
+	}
+	run := load(t, "run.jsonl")
+	cases := map[string]Reporter{
+		"report.txt":           NewTextReporter(run),
+		"report.md":            NewMarkdownReporter(run),
+		"report.json":          NewJSONReporter(run),
+		"report.csv":           NewCSVReporter(run),
+		"report.perfdata.json": NewPerfDataReporter(run),
+		"report.plot.txt":      NewPlotReporter(run),
+		"interrupted.txt":      NewTextReporter(load(t, "interrupted.jsonl")),
+	}
+	cmp := Compare(load(t, "baseline.jsonl"), run, CompareOptions{})
+	cases["compare.txt"] = NewCompareTextReporter(cmp)
+	cases["compare.json"] = NewCompareJSONReporter(cmp)
+	for name, r := range cases {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := r(&buf); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, name, buf.Bytes())
+		})
+	}
+}
+
+// The same file renders the same report: the bootstrap is seeded.
+func TestReportDeterministic(t *testing.T) {
+	var a, b bytes.Buffer
+	if err := NewTextReporter(load(t, "run.jsonl"))(&a); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewTextReporter(load(t, "run.jsonl"))(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Error("two renderings of one file differ")
+	}
+}
+
+func TestReportSaysInterrupted(t *testing.T) {
+	var buf bytes.Buffer
+	if err := NewTextReporter(load(t, "interrupted.jsonl"))(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"INTERRUPTED", "5 trials", "runs from SIGTERM instead of prestop_called"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("interrupted report lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+func TestPlotFits80Columns(t *testing.T) {
+	for _, n := range []int{2, 20, 200} {
+		s := synthSummary(synthSpec{seed: 9, trials: n, poll: 3 * time.Second})
+		var buf bytes.Buffer
+		if err := NewPlotReporter(s)(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(buf.String(), "\x1b[") {
+			t.Errorf("n=%d: the plot carries ANSI escapes", n)
+		}
+		for i, line := range strings.Split(buf.String(), "\n") {
+			if w := utf8.RuneCountInString(line); w > 80 {
+				t.Errorf("n=%d line %d is %d columns: %q", n, i+1, w, line)
+			}
+		}
+		if !strings.Contains(buf.String(), "CDF of the window") || !strings.Contains(buf.String(), "per trial") {
+			t.Errorf("n=%d: plot lacks a chart:\n%s", n, buf.String())
+		}
+	}
+}
+
+// PerfData as ClusterLoader2 writes it: version, dataItems with Perc50/90/99
+// in ms and a Metric label.
+func TestPerfDataLayout(t *testing.T) {
+	s := synthSummary(synthSpec{seed: 1, trials: 20, poll: time.Second})
+	var buf bytes.Buffer
+	if err := NewPerfDataReporter(s)(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var pd PerfData
+	if err := jsonUnmarshalStrict(buf.Bytes(), &pd); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := s.Dist(PointWindow)
+	found := false
+	for _, it := range pd.DataItems {
+		if it.Unit != "ms" || len(it.Data) != 3 || it.Labels["Metric"] == "" {
+			t.Errorf("item %+v: want unit ms, Perc50/90/99 and a Metric label", it)
+		}
+		if it.Labels["Metric"] == PointWindow {
+			found = true
+			if it.Data["Perc99"] != float64(w.P99NS)/1e6 || it.Data["Perc50"] != float64(w.P50NS)/1e6 {
+				t.Errorf("window item %v, want p50 %v p99 %v ms", it.Data, float64(w.P50NS)/1e6, float64(w.P99NS)/1e6)
+			}
+		}
+	}
+	if pd.Version != "v1" || !found {
+		t.Errorf("version %q, window item found %v", pd.Version, found)
+	}
+}
