@@ -20,8 +20,6 @@ type Mode string
 const (
 	// ModeDelete deletes one probe pod at a time (maxUnavailable 1).
 	ModeDelete Mode = "delete"
-	// ModeRollout restarts the Deployment and counts every replaced pod as a trial.
-	ModeRollout Mode = "rollout"
 )
 
 // Flag names the configuration comes from; Validate's messages name them so a
@@ -116,14 +114,12 @@ type Config struct {
 	Clock clock.WithTicker
 }
 
-// Validate checks the fields and their combinations; messages name the flag
-// to change.
+// Validate checks the fields and their combinations — everything but the
+// cluster client, so it runs before a cluster is contacted; messages name
+// the flag to change.
 func (c *Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.Client == nil {
-		add("no cluster client: check --kubeconfig / --context")
-	}
 	if c.Trials < 1 {
 		add("--%s (%d) must be at least 1", FlagTrials, c.Trials)
 	}
@@ -131,9 +127,9 @@ func (c *Config) Validate() error {
 		add("--%s (%d) must be at least 2: with one replica a deletion leaves nothing to route to", FlagReplicas, c.Replicas)
 	}
 	switch c.Mode {
-	case ModeDelete, ModeRollout:
+	case ModeDelete:
 	default:
-		add("--%s %q: want %q or %q", FlagMode, c.Mode, ModeDelete, ModeRollout)
+		add("--%s %q: want %q", FlagMode, c.Mode, ModeDelete)
 	}
 	if c.URL == nil {
 		add("--%s is required: the ingress as reachable from here, e.g. http://127.0.0.1:9090", FlagURL)
@@ -173,10 +169,11 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// GracePeriod is the probe pods' terminationGracePeriodSeconds: the hold plus
-// the margin, rounded up to whole seconds (the field is an integer).
+// GracePeriod is the probe pods' terminationGracePeriodSeconds: the preStop
+// sleep (the grace period includes preStop time), the hold and the margin,
+// rounded up to whole seconds (the field is an integer).
 func (c *Config) GracePeriod() time.Duration {
-	g := c.Hold + c.GraceMargin
+	g := c.PreStopSleep + c.Hold + c.GraceMargin
 	if r := g % time.Second; r != 0 {
 		g += time.Second - r
 	}

@@ -38,7 +38,6 @@ func TestConfigValidate(t *testing.T) {
 		{"sleep without prestop", func(c *Config) { c.PreStop = false; c.PreStopSleep = time.Second }, "--prestop-sleep needs --prestop"},
 		{"sleep longer than hold", func(c *Config) { c.PreStopSleep = time.Minute }, "--prestop-sleep (1m0s) must be shorter than --hold (1m0s)"},
 		{"no image", func(c *Config) { c.Image = "" }, "--image must name the probe image"},
-		{"no client", func(c *Config) { c.Client = nil }, "--kubeconfig"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

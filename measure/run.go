@@ -67,6 +67,9 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if cfg.Client == nil {
+		return errors.New("no cluster client: check --kubeconfig / --context")
+	}
 	if progress == nil {
 		progress = func(Progress) {}
 	}

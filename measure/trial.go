@@ -243,7 +243,7 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	var lastRead time.Time
 	var tl *probe.Timeline
 	var tlErr error
-	holdEnd := in.t0.Add(cfg.Hold)
+	holdEnd := in.t0.Add(cfg.PreStopSleep + cfg.Hold)
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	hitHold := false

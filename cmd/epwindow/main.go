@@ -22,6 +22,7 @@ func newApp() *cli.App {
 		Version: version,
 		Commands: []*cli.Command{
 			// One constructor per subcommand, each in its own file.
+			measureCommand(),
 			probeCommand(),
 			manifestsCommand(),
 		},

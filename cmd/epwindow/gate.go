@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/epwindow/epwindow/results"
+)
+
+// gateConfig reads --max-p99, --max-regression and --baseline. The baseline
+// file is read now, so a typo fails before anything is created.
+func gateConfig(c *cli.Context) (results.Thresholds, *results.Summary, error) {
+	var t results.Thresholds
+	var err error
+	if t.MaxP99, err = results.ParseMaxP99(c.StringSlice(flagMaxP99)); err != nil {
+		return t, nil, err
+	}
+	if t.MaxRegression, err = results.ParseRegression(c.String(flagMaxRegression)); err != nil {
+		return t, nil, err
+	}
+	path := c.String(flagBaseline)
+	if path == "" {
+		if t.MaxRegression > 0 {
+			return t, nil, fmt.Errorf("--%s needs --%s", flagMaxRegression, flagBaseline)
+		}
+		return t, nil, nil
+	}
+	base, err := loadSummary(path)
+	if err != nil {
+		return t, nil, fmt.Errorf("--%s: %w", flagBaseline, err)
+	}
+	return t, base, nil
+}
+
+// loadSummary decodes a results file and summarises its trials.
+func loadSummary(path string) (*results.Summary, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	file, err := results.Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	s := results.NewSummary(file.Header, results.Options{})
+	for i := range file.Trials {
+		s.Add(&file.Trials[i])
+	}
+	if file.Interrupted() {
+		s.MarkInterrupted()
+	}
+	s.Close()
+	return s, nil
+}
+
+// gate compares with the baseline (when given), prints the comparison, and
+// checks the thresholds; a breach returns exitThreshold.
+func gate(w io.Writer, next *results.Summary, t results.Thresholds, base *results.Summary) (int, error) {
+	var cmp *results.Comparison
+	if base != nil {
+		cmp = results.Compare(base, next, results.CompareOptions{})
+		fmt.Fprintln(w)
+		if err := results.NewCompareTextReporter(cmp)(w); err != nil {
+			return exitFailure, fmt.Errorf("render comparison: %w", err)
+		}
+	}
+	if t.Empty() {
+		return exitOK, nil
+	}
+	breaches := t.Check(next, cmp)
+	if len(breaches) == 0 {
+		fmt.Fprintln(w, "thresholds: all met")
+		return exitOK, nil
+	}
+	msg := fmt.Sprintf("%d threshold(s) breached:", len(breaches))
+	for _, b := range breaches {
+		msg += "\n  " + b.String()
+	}
+	return exitThreshold, fmt.Errorf("%s", msg)
+}

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/measure/upstream"
+	"github.com/epwindow/epwindow/results"
+)
+
+// Flags of measure that are not measure.Config fields by the same name.
+const (
+	flagObserverURL         = "observer-url"
+	flagObserverInterval    = "observer-interval"
+	flagControllerSelector  = "controller-selector"
+	flagControllerNamespace = "controller-namespace"
+	flagControllerPort      = "controller-port"
+	flagEnvoyAdminPort      = "envoy-admin-port"
+	flagEnvoyCluster        = "envoy-cluster"
+	flagUpstreamsCmd        = "upstreams-cmd"
+	flagBaseline            = "baseline"
+	flagMaxP99              = "max-p99"
+	flagMaxRegression       = "max-regression"
+)
+
+func measureCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "measure",
+		Usage: "delete probe pods under load and time every stage of the propagation window",
+		UsageText: `epwindow measure --url http://ingress.example.internal --host epwindow.example.com --ingress-class nginx
+
+   # the local cluster of "make demo":
+   epwindow measure --kubeconfig /tmp/epw/kubeconfig --url http://127.0.0.1:9090 \
+       --observer skipper --observer-url http://127.0.0.1:9911/routes --trials 10`,
+		Description: `Creates a namespace epwindow-<id> with a probe Deployment, Service and Ingress (see
+"epwindow manifests"), drives load through --url, deletes one probe pod at a time and records when
+the API server, the EndpointSlice, the ingress controller and the pod itself saw each stage. Writes
+one JSON line per trial to --out as it goes, prints percentiles and the recommended preStop and
+terminationGracePeriodSeconds, and deletes the namespace on exit (also on Ctrl-C) unless --keep.`,
+		Flags:  measureFlags(),
+		Action: runMeasure,
+	}
+}
+
+func measureFlags() []cli.Flag {
+	fs := kubeFlags()
+	return append(fs,
+		&cli.IntFlag{Name: measure.FlagTrials, Value: 20, Usage: "deletions to time", Category: "Trials"},
+		&cli.IntFlag{Name: measure.FlagReplicas, Value: 3, Usage: "probe replicas (at least 2)", Category: "Trials"},
+		&cli.StringFlag{Name: measure.FlagMode, Value: string(measure.ModeDelete), Usage: "delete: one pod at a time", Category: "Trials"},
+		&cli.DurationFlag{Name: measure.FlagHold, Value: 60 * time.Second, Usage: "longest a deleted probe keeps serving; bounds the window that can be measured", Category: "Trials"},
+		&cli.DurationFlag{Name: measure.FlagQuietPeriod, Value: 3 * time.Second, Usage: "no traffic for this long after the address left every upstream list ends a trial", Category: "Trials"},
+		&cli.DurationFlag{Name: measure.FlagGraceMargin, Value: 10 * time.Second, Usage: "added to --hold for the probe's terminationGracePeriodSeconds", Category: "Trials"},
+		&cli.DurationFlag{Name: measure.FlagSettle, Value: 3 * time.Minute, Usage: "longest wait for steady state before and between trials", Category: "Trials"},
+		&cli.DurationFlag{Name: measure.FlagMaxSkew, Value: 50 * time.Millisecond, Usage: "a trial whose probe clock is known less precisely is marked invalid", Category: "Trials"},
+		&cli.DurationFlag{Name: measure.FlagDrain, Value: 0, Usage: "longest request your app serves; added to the recommended grace period", Category: "Trials"},
+		&cli.StringFlag{Name: measure.FlagIngressClass, Usage: "IngressClass of the probe's Ingress (default: the cluster's default class)", Category: "Ingress"},
+		&cli.StringFlag{Name: measure.FlagHost, Value: "epwindow.local", Usage: "host of the probe's Ingress rule; sent as the Host header", Category: "Ingress"},
+		&cli.StringFlag{Name: measure.FlagURL, Usage: "the ingress as reachable from here, e.g. http://127.0.0.1:9090 (required)", Category: "Ingress"},
+		&cli.StringFlag{Name: measure.FlagObserver, Value: upstream.KindAuto, Usage: "upstream observer: auto, skipper, nginx, traefik, envoy, cmd, none", Category: "Observer"},
+		&cli.StringSliceFlag{Name: flagObserverURL, Usage: "read the controller at this URL instead of port-forwarding to its pods (repeat per replica)", Category: "Observer"},
+		&cli.DurationFlag{Name: flagObserverInterval, Value: 500 * time.Millisecond, Usage: "observer poll interval: the resolution of upstream_removed", Category: "Observer"},
+		&cli.StringFlag{Name: flagControllerSelector, Usage: "label selector of the ingress controller pods", Category: "Observer"},
+		&cli.StringFlag{Name: flagControllerNamespace, Usage: "namespace of the ingress controller pods (default: all)", Category: "Observer"},
+		&cli.IntFlag{Name: flagControllerPort, Usage: "in-pod port of the controller's status/API endpoint (default: the controller's)", Category: "Observer"},
+		&cli.IntFlag{Name: flagEnvoyAdminPort, Usage: "Envoy admin port in the proxy pods", Category: "Observer"},
+		&cli.StringFlag{Name: flagEnvoyCluster, Usage: "regular expression of the Envoy cluster names of the probe Service", Category: "Observer"},
+		&cli.StringFlag{Name: flagUpstreamsCmd, Usage: "command printing the upstream addresses (ip:port), one per line, for --observer cmd", Category: "Observer"},
+		&cli.Float64Flag{Name: measure.FlagRate, Value: 50, Usage: "load in requests per second through --url", Category: "Load"},
+		&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, as most 502 reports involve)", Category: "Load"},
+		&cli.StringFlag{Name: measure.FlagImage, Value: deploy.DefaultImage, Usage: "probe image (epwindow on PATH; see make image)", Category: "Probe"},
+		&cli.BoolFlag{Name: measure.FlagPreStop, Value: true, Usage: "give the probe a preStop httpGet to /prestop (times prestop_called)", Category: "Probe"},
+		&cli.DurationFlag{Name: measure.FlagPreStopSleep, Usage: "make the preStop hook sleep this long (to check a recommendation)", Category: "Probe"},
+		&cli.BoolFlag{Name: measure.FlagExitOnTerm, Usage: "probe exits at SIGTERM like the fast-exiting app of the incidents", Category: "Probe"},
+		&cli.DurationFlag{Name: measure.FlagClockOffset, Usage: "fault injection: the probes report their clock off by this much", Category: "Probe", Hidden: true},
+		&cli.StringFlag{Name: measure.FlagOut, Usage: "results file, JSON lines written as trials end (default epwindow-<time>.jsonl)", Category: "Output"},
+		&cli.BoolFlag{Name: measure.FlagKeep, Usage: "leave the namespace for inspection", Category: "Output"},
+		&cli.StringFlag{Name: flagBaseline, Usage: "results file of an earlier run to compare with (thresholds apply to the change)", Category: "Gate"},
+		&cli.StringSliceFlag{Name: flagMaxP99, Usage: "fail (exit 3) when a stage's p99 exceeds a bound, e.g. window=3s (repeatable)", Category: "Gate"},
+		&cli.StringFlag{Name: flagMaxRegression, Usage: "fail (exit 3) when a quantile judged worse than --baseline grew by more, e.g. 20%", Category: "Gate"},
+	)
+}
+
+// measureConfig turns flags into a typed, validated measure.Config.
+func measureConfig(c *cli.Context) (measure.Config, error) {
+	cfg := measure.Config{
+		Trials:             c.Int(measure.FlagTrials),
+		Replicas:           int32(c.Int(measure.FlagReplicas)),
+		Mode:               measure.Mode(c.String(measure.FlagMode)),
+		IngressClass:       c.String(measure.FlagIngressClass),
+		Host:               c.String(measure.FlagHost),
+		Observer:           c.String(measure.FlagObserver),
+		Rate:               c.Float64(measure.FlagRate),
+		KeepAlive:          c.Bool(measure.FlagKeepAlive),
+		Hold:               c.Duration(measure.FlagHold),
+		QuietPeriod:        c.Duration(measure.FlagQuietPeriod),
+		GraceMargin:        c.Duration(measure.FlagGraceMargin),
+		SettleTimeout:      c.Duration(measure.FlagSettle),
+		MaxSkewUncertainty: c.Duration(measure.FlagMaxSkew),
+		Drain:              c.Duration(measure.FlagDrain),
+		Image:              c.String(measure.FlagImage),
+		Keep:               c.Bool(measure.FlagKeep),
+		PreStop:            c.Bool(measure.FlagPreStop),
+		PreStopSleep:       c.Duration(measure.FlagPreStopSleep),
+		ExitOnSigterm:      c.Bool(measure.FlagExitOnTerm),
+		ProbeClockOffset:   c.Duration(measure.FlagClockOffset),
+		ObserverOptions: upstream.Options{
+			Interval:            c.Duration(flagObserverInterval),
+			URLs:                c.StringSlice(flagObserverURL),
+			IngressClass:        c.String(measure.FlagIngressClass),
+			ControllerSelector:  c.String(flagControllerSelector),
+			ControllerNamespace: c.String(flagControllerNamespace),
+			ControllerPort:      c.Int(flagControllerPort),
+			EnvoyAdminPort:      c.Int(flagEnvoyAdminPort),
+			EnvoyCluster:        c.String(flagEnvoyCluster),
+			Command:             c.String(flagUpstreamsCmd),
+		},
+		ToolVersion: version,
+		Flags:       givenFlags(c),
+		Clock:       clock.RealClock{},
+	}
+	if s := c.String(measure.FlagURL); s != "" {
+		u, err := url.Parse(s)
+		if err != nil {
+			return cfg, fmt.Errorf("--%s %q: %w", measure.FlagURL, s, err)
+		}
+		cfg.URL = u
+	}
+	if c.Duration(flagObserverInterval) <= 0 {
+		return cfg, fmt.Errorf("--%s (%s) must be above 0", flagObserverInterval, c.Duration(flagObserverInterval))
+	}
+	// Validate everything before touching a cluster.
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// givenFlags records the flags set on the command line, for the results
+// header; kubeconfig paths are left out (they name local files only).
+func givenFlags(c *cli.Context) map[string]string {
+	m := map[string]string{}
+	for _, name := range c.FlagNames() {
+		if !c.IsSet(name) || name == flagKubeconfig {
+			continue
+		}
+		if v := c.Generic(name); v != nil {
+			m[name] = fmt.Sprint(v)
+		} else {
+			m[name] = c.String(name)
+		}
+	}
+	return m
+}
+
+func runMeasure(c *cli.Context) error {
+	cfg, err := measureConfig(c)
+	if err != nil {
+		return cli.Exit("epwindow measure: "+err.Error(), exitUsage)
+	}
+	thresholds, baseline, err := gateConfig(c)
+	if err != nil {
+		return cli.Exit("epwindow measure: "+err.Error(), exitUsage)
+	}
+	restCfg, client, ctxName, err := kube(c)
+	if err != nil {
+		return cli.Exit("epwindow measure: "+err.Error(), exitCluster)
+	}
+	cfg.Client, cfg.RESTConfig, cfg.ClusterName = client, restCfg, ctxName
+	if _, err := client.Discovery().ServerVersion(); err != nil {
+		return cli.Exit(fmt.Sprintf("epwindow measure: cannot reach the API server %s (check --kubeconfig / --context): %v", restCfg.Host, err), exitCluster)
+	}
+	missing, err := deploy.MissingPermissions(c.Context, client.AuthorizationV1(), "")
+	if err != nil {
+		return cli.Exit("epwindow measure: check permissions: "+err.Error(), exitCluster)
+	}
+	if len(missing) > 0 {
+		var b strings.Builder
+		for _, p := range missing {
+			fmt.Fprintf(&b, "\n  %s", p)
+		}
+		return cli.Exit(fmt.Sprintf("epwindow measure: missing permissions, nothing was created:%s\ngrant them with deploy/rbac/ (kubectl apply -k deploy/rbac/cluster)", b.String()), exitForbidden)
+	}
+
+	outPath := c.String(measure.FlagOut)
+	if outPath == "" {
+		outPath = "epwindow-" + time.Now().UTC().Format("20060102-150405") + ".jsonl"
+	}
+	f, err := os.OpenFile(outPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("epwindow measure: --%s: %v", measure.FlagOut, err), exitUsage)
+	}
+	defer f.Close()
+	sink := &fileSink{w: results.NewWriter(f)}
+	prog := newProgress(c.App.ErrWriter, cfg.Trials)
+	runErr := measure.Run(c.Context, cfg, sink, prog.update)
+	prog.done()
+
+	// Whatever happened, the finished trials are on disk; summarise them.
+	if sink.header != nil {
+		sum := results.NewSummary(sink.header, results.Options{})
+		for _, r := range sink.trials {
+			sum.Add(r)
+		}
+		if runErr != nil {
+			sum.MarkInterrupted()
+		}
+		sum.Close()
+		if err := sink.w.WriteSummary(sum.Doc()); err != nil {
+			runErr = errors.Join(runErr, err)
+		}
+		fmt.Fprintln(c.App.Writer)
+		if err := results.Reporters["text"](sum)(c.App.Writer); err != nil {
+			return cli.Exit("epwindow measure: render report: "+err.Error(), exitFailure)
+		}
+		fmt.Fprintf(c.App.Writer, "\nresults: %s  (epwindow report %s --format markdown)\n", outPath, outPath)
+		if runErr == nil {
+			if code, err := gate(c.App.Writer, sum, thresholds, baseline); err != nil {
+				return cli.Exit("epwindow measure: "+err.Error(), code)
+			}
+		}
+	}
+	switch {
+	case runErr == nil:
+		return nil
+	case errors.Is(runErr, context.Canceled) && c.Context.Err() != nil:
+		return cli.Exit(fmt.Sprintf("epwindow measure: interrupted; cleaned up; %d finished trials in %s", len(sink.trials), outPath), exitInterrupted)
+	case apierrors.IsForbidden(runErr):
+		return cli.Exit("epwindow measure: "+runErr.Error(), exitForbidden)
+	default:
+		return cli.Exit("epwindow measure: "+runErr.Error(), exitFailure)
+	}
+}
+
+// fileSink writes each record as it comes and keeps the trials for the
+// final summary.
+type fileSink struct {
+	w      *results.Writer
+	header *results.Header
+	trials []*results.Record
+}
+
+func (s *fileSink) Header(h *results.Header) error {
+	s.header = h
+	return s.w.WriteHeader(h)
+}
+
+func (s *fileSink) Trial(r *results.Record) error {
+	s.trials = append(s.trials, r)
+	return s.w.WriteTrial(r)
+}
+
+// progress prints one line per change of phase or trial stage: redrawn in
+// place on a terminal, appended otherwise (CI logs).
+type progress struct {
+	w      io.Writer
+	tty    bool
+	trials int
+	last   string
+}
+
+func newProgress(w io.Writer, trials int) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progress{w: w, tty: tty, trials: trials}
+}
+
+func (p *progress) update(u measure.Progress) {
+	line := progressLine(u)
+	if line == p.last {
+		return
+	}
+	p.last = line
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		return
+	}
+	fmt.Fprintln(p.w, line)
+}
+
+func (p *progress) done() {
+	if p.tty && p.last != "" {
+		fmt.Fprintln(p.w)
+	}
+}
+
+// progressLine renders e.g. "[#####.....] 5/10 trial: slice_not_ready  last window 3.21s".
+func progressLine(u measure.Progress) string {
+	const width = 20
+	done := u.Trial - 1
+	if u.Phase != "trial" && u.Trial > 0 {
+		done = u.Trial
+	}
+	done = max(0, min(done, u.Trials))
+	bar := ""
+	if u.Trials > 0 {
+		n := done * width / u.Trials
+		bar = "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "] " + fmt.Sprintf("%d/%d ", done, u.Trials)
+	}
+	s := bar + u.Phase
+	if u.Stage != "" {
+		s += ": " + u.Stage
+	}
+	if u.Message != "" {
+		s += " — " + u.Message
+	}
+	if u.LastWindow > 0 {
+		s += fmt.Sprintf("  last window %s", u.LastWindow.Round(time.Millisecond))
+	}
+	return s
+}
