@@ -281,10 +281,10 @@ func (p *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case PathHealthz:
 		p.rec.Request(c, false)
 		if p.terminating.Load() && !p.cfg.ReadyAfterSigterm {
-			p.reply(w, http.StatusServiceUnavailable, "text/plain; charset=utf-8", []byte("terminating\n"))
+			p.reply(w, http.StatusServiceUnavailable, textPlain, []byte("terminating\n"))
 			return
 		}
-		p.reply(w, http.StatusOK, "text/plain; charset=utf-8", []byte("ok\n"))
+		p.reply(w, http.StatusOK, textPlain, []byte("ok\n"))
 	case PathTimeline:
 		p.rec.Request(c, false)
 		if !getOrHead(w, r) {
@@ -295,7 +295,7 @@ func (p *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "encode timeline", http.StatusInternalServerError)
 			return
 		}
-		p.reply(w, http.StatusOK, "application/json", append(b, '\n'))
+		p.reply(w, http.StatusOK, appJSON, append(b, '\n'))
 	case PathClock:
 		p.rec.Request(c, false)
 		if !getOrHead(w, r) {
@@ -303,7 +303,7 @@ func (p *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		now := p.rec.Now()
 		b, _ := json.Marshal(clockReply{Time: now.Round(0), UnixNS: now.UnixNano()})
-		p.reply(w, http.StatusOK, "application/json", append(b, '\n'))
+		p.reply(w, http.StatusOK, appJSON, append(b, '\n'))
 	case PathPrestop:
 		p.rec.Request(c, false)
 		p.prestop(w, r)
@@ -319,10 +319,10 @@ func (p *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.releaseOnce.Do(func() { close(p.released) })
 			p.log.Info("released", "at", at, "after_sigterm", p.terminating.Load())
 		}
-		p.reply(w, http.StatusOK, "text/plain; charset=utf-8", []byte("released\n"))
+		p.reply(w, http.StatusOK, textPlain, []byte("released\n"))
 	default:
 		p.rec.Request(c, true)
-		p.reply(w, http.StatusOK, "text/plain; charset=utf-8", p.podBody)
+		p.reply(w, http.StatusOK, textPlain, p.podBody)
 	}
 }
 
@@ -358,14 +358,20 @@ func (p *server) prestop(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	p.reply(w, http.StatusOK, "text/plain; charset=utf-8", []byte("prestop\n"))
+	p.reply(w, http.StatusOK, textPlain, []byte("prestop\n"))
 }
+
+// Content types, as shared header values (net/http does not mutate them).
+var (
+	textPlain = []string{"text/plain; charset=utf-8"}
+	appJSON   = []string{"application/json"}
+)
 
 // reply writes a response with the probe's headers; the time header is
 // taken last, just before the header is written.
-func (p *server) reply(w http.ResponseWriter, code int, contentType string, body []byte) {
+func (p *server) reply(w http.ResponseWriter, code int, contentType []string, body []byte) {
 	h := w.Header()
-	h["Content-Type"] = []string{contentType}
+	h["Content-Type"] = contentType
 	h[HeaderPod] = p.podValue
 	var buf [20]byte
 	h[HeaderTime] = []string{string(strconv.AppendInt(buf[:0], p.rec.Now().UnixNano(), 10))}
