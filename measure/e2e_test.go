@@ -1,0 +1,266 @@
+package measure_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/localcluster"
+	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/measure/upstream"
+	"github.com/epwindow/epwindow/results"
+)
+
+// cluster is the package's local cluster, started once in TestMain.
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	c, err := localcluster.Start(ctx, localcluster.Options{IngressPoll: time.Second})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "measure e2e tests need the local cluster:", err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := m.Run()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop local cluster:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// memSink keeps a run's results and writes them through the real encoder.
+type memSink struct {
+	header *results.Header
+	trials []*results.Record
+	buf    bytes.Buffer
+	w      *results.Writer
+}
+
+func newMemSink() *memSink {
+	s := &memSink{}
+	s.w = results.NewWriter(&s.buf)
+	return s
+}
+
+func (s *memSink) Header(h *results.Header) error { s.header = h; return s.w.WriteHeader(h) }
+func (s *memSink) Trial(r *results.Record) error {
+	s.trials = append(s.trials, r)
+	return s.w.WriteTrial(r)
+}
+
+func baseConfig(t *testing.T) measure.Config {
+	t.Helper()
+	client, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(cluster.IngressURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return measure.Config{
+		Client: client, RESTConfig: cluster.Config, Trials: 5, Replicas: 3, Mode: measure.ModeDelete,
+		IngressClass: "skipper", Host: "epwindow.local", URL: u, Observer: upstream.KindSkipper,
+		ObserverOptions: upstream.Options{Interval: 200 * time.Millisecond, URLs: []string{cluster.RoutesURL}},
+		Rate: 100, Hold: 60 * time.Second, QuietPeriod: 2 * time.Second, GraceMargin: 10 * time.Second,
+		SettleTimeout: 2 * time.Minute, MaxSkewUncertainty: 50 * time.Millisecond, Image: deploy.DefaultImage,
+		PreStop: true, Clock: clock.RealClock{},
+	}
+}
+
+func run(t *testing.T, cfg measure.Config) *memSink {
+	t.Helper()
+	sink := newMemSink()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if err := measure.Run(ctx, cfg, sink, func(p measure.Progress) {
+		if p.Phase == "trial" && p.Stage == "released" || p.Phase == "setup" || p.Phase == "cleanup" {
+			t.Logf("%s trial %d/%d %s %s", p.Phase, p.Trial, p.Trials, p.Stage, p.Message)
+		}
+	}); err != nil {
+		t.Fatalf("measure.Run: %v", err)
+	}
+	if len(sink.trials) != cfg.Trials {
+		t.Fatalf("got %d trial records, want %d", len(sink.trials), cfg.Trials)
+	}
+	return sink
+}
+
+func offset(t *testing.T, r *results.Record, stage string) time.Duration {
+	t.Helper()
+	d, ok := r.Offset(stage)
+	if !ok {
+		t.Fatalf("trial %d: no %s stage (stages: %v)", r.Trial, stage, stageNames(r))
+	}
+	return d
+}
+
+func stageNames(r *results.Record) []string {
+	var out []string
+	for _, s := range r.Stages {
+		out = append(out, s.Name+"["+s.Key+"]")
+	}
+	return out
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// The run the other checks build on: every trial valid, every stage there,
+// in causal order, and the results stream decoding to the same records.
+func TestMeasureOnLocalCluster(t *testing.T) {
+	cfg := baseConfig(t)
+	cfg.Trials = 10
+	sink := run(t, cfg)
+
+	resolution := cfg.ObserverOptions.Interval
+	var sigterm, prestop []time.Duration
+	for _, r := range sink.trials {
+		if !r.Valid {
+			t.Errorf("trial %d invalid: %s", r.Trial, r.Invalid)
+			continue
+		}
+		for _, st := range []string{results.StageDeleteSent, results.StageDeleteAcked, results.StagePodTerminatingSeen,
+			results.StageServerDeleteTime, results.StageSliceNotReady, results.StageSliceNotServing, results.StageSliceRemoved,
+			results.StageUpstreamLastSeen, results.StageUpstreamRemoved, results.StagePrestopCalled, results.StageSigterm,
+			results.StageLastAccept, results.StageLastRequest, results.StageClientLastRouted, results.StageContainerExit,
+			results.StagePodDeleted} {
+			offset(t, r, st)
+		}
+		notReady := offset(t, r, results.StageSliceNotReady)
+		removed := offset(t, r, results.StageUpstreamRemoved)
+		end, _ := r.TrafficEnd()
+		if notReady < 0 {
+			t.Errorf("trial %d: slice_not_ready %s before T0", r.Trial, notReady)
+		}
+		// upstream_removed is when the observer's answer arrived; Skipper
+		// can only have dropped the address after the slice changed, and our
+		// own watch stamps that change late by its delivery (~ms), so allow
+		// 20 ms of watch-delivery lag before calling the order broken.
+		if removed < notReady-20*time.Millisecond {
+			t.Errorf("trial %d: upstream_removed %s before slice_not_ready %s", r.Trial, removed, notReady)
+		}
+		// New traffic can reach the pod only while Skipper still lists it:
+		// the last accept/request lies before the removal was observed, up
+		// to one poll of the observer and the skew bound of the pod clock.
+		slack := resolution + time.Duration(r.SkewUncertaintyNS)
+		if end > removed+slack {
+			t.Errorf("trial %d: traffic end %s after upstream_removed %s + %s", r.Trial, end, removed, slack)
+		}
+		if p, s := offset(t, r, results.StagePrestopCalled), offset(t, r, results.StageSigterm); p > s {
+			t.Errorf("trial %d: prestop_called %s after sigterm %s", r.Trial, p, s)
+		}
+		if e, d := offset(t, r, results.StageContainerExit), offset(t, r, results.StagePodDeleted); e > d+time.Duration(r.SkewUncertaintyNS) {
+			t.Errorf("trial %d: container_exit %s after pod_deleted %s", r.Trial, e, d)
+		}
+		sigterm = append(sigterm, offset(t, r, results.StageSigterm))
+		prestop = append(prestop, offset(t, r, results.StagePrestopCalled))
+	}
+
+	// The stream decodes back to the same records.
+	file, err := results.Decode(bytes.NewReader(sink.buf.Bytes()))
+	if err != nil {
+		t.Fatalf("decode results: %v", err)
+	}
+	if len(file.Trials) != len(sink.trials) {
+		t.Fatalf("decoded %d trials, wrote %d", len(file.Trials), len(sink.trials))
+	}
+	for i := range file.Trials {
+		want, _ := json.Marshal(sink.trials[i])
+		got, _ := json.Marshal(&file.Trials[i])
+		if !bytes.Equal(got, want) {
+			t.Errorf("trial %d does not round-trip:\n got %s\nwant %s", i+1, got, want)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	t.Run("skew correction", func(t *testing.T) {
+		// Every probe reports its clock 2 s ahead. The skew estimate from the
+		// response headers must take it out again: the corrected pod-clock
+		// stages agree with the honest run's within 20 ms. Both runs' stages
+		// are ms-scale reactions of the node agent on an idle machine; 20 ms
+		// covers their spread between runs plus each skew bound (< 1 ms on
+		// loopback round trips of ~1 ms).
+		cfg := baseConfig(t)
+		cfg.ProbeClockOffset = 2 * time.Second
+		skewed := run(t, cfg)
+		var s2, p2 []time.Duration
+		for _, r := range skewed.trials {
+			if !r.Valid {
+				t.Fatalf("trial %d invalid: %s", r.Trial, r.Invalid)
+			}
+			if d := time.Duration(r.SkewNS) - 2*time.Second; d < -20*time.Millisecond || d > 20*time.Millisecond {
+				t.Errorf("trial %d: skew estimate %s, want 2s ± 20ms", r.Trial, time.Duration(r.SkewNS))
+			}
+			s2 = append(s2, offset(t, r, results.StageSigterm))
+			p2 = append(p2, offset(t, r, results.StagePrestopCalled))
+		}
+		for _, c := range []struct {
+			name           string
+			honest, skewed []time.Duration
+		}{{"sigterm", sigterm, s2}, {"prestop_called", prestop, p2}} {
+			if d := median(c.skewed) - median(c.honest); d < -20*time.Millisecond || d > 20*time.Millisecond {
+				t.Errorf("%s: corrected median %s vs honest %s (diff %s), want within 20ms", c.name, median(c.skewed), median(c.honest), d)
+			}
+		}
+	})
+
+	t.Run("broken canary, then the recommendation applied", func(t *testing.T) {
+		// The fast-exiting app without preStop: clients see failures.
+		cfg := baseConfig(t)
+		cfg.ExitOnSigterm, cfg.PreStop = true, false
+		broken := run(t, cfg)
+		failed := 0
+		for _, r := range broken.trials {
+			for _, n := range r.ClientFailures {
+				failed += n
+			}
+		}
+		if failed == 0 {
+			t.Fatalf("no client failures over %d deletions of a fast-exiting app without preStop", cfg.Trials)
+		}
+		t.Logf("broken canary: %d client failures over %d deletions", failed, cfg.Trials)
+
+		// The recommendation from the honest run, applied as a preStop
+		// sleep: 0 failures over 20 deletions.
+		sum := results.NewSummary(sink.header, results.Options{})
+		for _, r := range sink.trials {
+			sum.Add(r)
+		}
+		sum.Close()
+		rec := sum.Doc().Recommendation
+		if rec == nil || rec.PreStopSeconds <= 0 {
+			t.Fatalf("no recommendation from the honest run: %+v", rec)
+		}
+		cfg = baseConfig(t)
+		cfg.ExitOnSigterm, cfg.PreStop, cfg.PreStopSleep = true, true, time.Duration(rec.PreStopSeconds)*time.Second
+		cfg.Trials = 20
+		fixed := run(t, cfg)
+		failed = 0
+		for _, r := range fixed.trials {
+			for kind, n := range r.ClientFailures {
+				failed += n
+				t.Errorf("trial %d: %d %s failures with preStop sleep %ds", r.Trial, n, kind, rec.PreStopSeconds)
+			}
+		}
+		t.Logf("recommended preStop %ds applied: %d client failures over %d deletions", rec.PreStopSeconds, failed, cfg.Trials)
+	})
+}
