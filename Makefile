@@ -27,3 +27,9 @@ vet:
 
 test: fmt-check vet build
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+# bench prints the figures from one run on this machine (about a minute):
+# the load generator against vegeta at equal rate and connections
+# (hack/bench-load.sh; vegeta is installed into .cache/bin).
+bench: build
+	hack/bench-load.sh

@@ -103,13 +103,13 @@ type File struct {
 }
 
 // Interrupted reports whether the run behind a JSON-lines file ended early:
-// it has no summary record, or its last line was cut. CSV files carry no
-// summary, so they never count as interrupted.
+// it has no summary record, its summary says so, or its last line was cut.
+// CSV files carry no summary, so they never count as interrupted.
 func (f *File) Interrupted() bool {
 	if f.Format != FormatJSONLines {
 		return false
 	}
-	return f.Summary == nil || f.Truncated
+	return f.Summary == nil || f.Summary.Interrupted || f.Truncated
 }
 
 // Decode reads a results file, detecting its format from the first

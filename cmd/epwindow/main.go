@@ -25,6 +25,8 @@ func newApp() *cli.App {
 			measureCommand(),
 			probeCommand(),
 			manifestsCommand(),
+			reportCommand(),
+			compareCommand(),
 		},
 		EnableBashCompletion: true,
 	}

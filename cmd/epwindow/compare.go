@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/epwindow/epwindow/results"
+)
+
+// Flags of compare that measure does not share.
+const (
+	flagMinChange    = "min-change"
+	flagMinChangePct = "min-change-pct"
+)
+
+func compareCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "compare",
+		Usage:     "compare a run with a baseline, stage by stage; exit 3 when a threshold is breached",
+		ArgsUsage: "BASELINE NEW",
+		UsageText: `epwindow compare before-upgrade.jsonl after-upgrade.jsonl
+   epwindow compare --max-p99 window=3s --max-p99 upstream_removed=2s --max-regression 20% base.jsonl new.jsonl`,
+		Description: `For every stage and stage-to-stage delta, shows the change of p50, p95 and p99 with a seeded
+bootstrap confidence interval (99%), and a verdict: worse (or better) only when the interval of the
+change excludes 0 AND the change reaches --min-change and --min-change-pct of the baseline, on a
+quantile with at least 5 trials of each run above it (p50 from 10 trials, p95 from 100). Noise is
+"same". Thresholds gate a pipeline: --max-p99 caps a stage's p99 in NEW, --max-regression caps the
+growth of a quantile judged worse. Exit codes: 0 met, 2 bad input, 3 breached.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text or json"},
+			&cli.StringSliceFlag{Name: flagMaxP99, Usage: "fail (exit 3) when NEW's p99 of a stage exceeds a bound, e.g. window=3s (repeatable; a delta as from->to)"},
+			&cli.StringFlag{Name: flagMaxRegression, Usage: "fail (exit 3) when a quantile judged worse grew by more than this, e.g. 20%"},
+			&cli.DurationFlag{Name: flagMinChange, Value: results.DefaultMinChange, Usage: "smallest change of a quantile that can make a verdict"},
+			&cli.StringFlag{Name: flagMinChangePct, Value: fmt.Sprintf("%g%%", results.DefaultMinChangeRel*100), Usage: "smallest change relative to the baseline that can make a verdict"},
+		},
+		OnUsageError: usageError("compare"),
+		Action:       runCompare,
+	}
+}
+
+// compareThresholds reads --max-p99 and --max-regression; measure's
+// gateConfig reads the same flags the same way.
+func compareThresholds(c *cli.Context) (results.Thresholds, error) {
+	var t results.Thresholds
+	var err error
+	if t.MaxP99, err = results.ParseMaxP99(c.StringSlice(flagMaxP99)); err != nil {
+		return t, err
+	}
+	t.MaxRegression, err = results.ParseRegression(c.String(flagMaxRegression))
+	return t, err
+}
+
+func compareOptions(c *cli.Context) (results.CompareOptions, error) {
+	o := results.CompareOptions{MinChange: c.Duration(flagMinChange)}
+	if o.MinChange <= 0 {
+		return o, fmt.Errorf("--%s %v: want a positive duration", flagMinChange, o.MinChange)
+	}
+	rel, err := results.ParseRegression(c.String(flagMinChangePct))
+	if err != nil {
+		return o, fmt.Errorf("--%s %q: want a positive percentage like 10%%", flagMinChangePct, c.String(flagMinChangePct))
+	}
+	o.MinChangeRel = rel
+	return o, nil
+}
+
+func runCompare(c *cli.Context) error {
+	if c.NArg() != 2 {
+		return cli.Exit(fmt.Sprintf("epwindow compare: want two results files, BASELINE and NEW; got %d arguments", c.NArg()), exitUsage)
+	}
+	format := c.String(flagFormat)
+	if format != "text" && format != "json" {
+		return cli.Exit(fmt.Sprintf("epwindow compare: --%s %q: want text or json", flagFormat, format), exitUsage)
+	}
+	thresholds, err := compareThresholds(c)
+	if err != nil {
+		return cli.Exit("epwindow compare: "+err.Error(), exitUsage)
+	}
+	opts, err := compareOptions(c)
+	if err != nil {
+		return cli.Exit("epwindow compare: "+err.Error(), exitUsage)
+	}
+	var runs [2]*results.Summary
+	for i, path := range []string{c.Args().Get(0), c.Args().Get(1)} {
+		file, err := readResults(path, nil)
+		if err != nil {
+			return cli.Exit("epwindow compare: "+err.Error(), exitUsage)
+		}
+		if file.Interrupted() {
+			fmt.Fprintf(c.App.ErrWriter, "epwindow compare: %s: the run was interrupted; comparing its %d finished trials\n", path, len(file.Trials))
+		}
+		runs[i] = results.Summarize(file, results.Options{})
+		if runs[i].Doc().Valid == 0 {
+			return cli.Exit(fmt.Sprintf("epwindow compare: %s holds no valid trial: nothing to compare", path), exitUsage)
+		}
+	}
+	cmp := results.Compare(runs[0], runs[1], opts)
+	render := results.NewCompareTextReporter(cmp)
+	if format == "json" {
+		render = results.NewCompareJSONReporter(cmp)
+	}
+	if err := render(c.App.Writer); err != nil {
+		return cli.Exit("epwindow compare: "+err.Error(), exitFailure)
+	}
+	if thresholds.Empty() {
+		return nil
+	}
+	breaches := thresholds.Check(runs[1], cmp)
+	if len(breaches) == 0 {
+		fmt.Fprintln(c.App.ErrWriter, "epwindow compare: thresholds: all met")
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "epwindow compare: %d threshold(s) breached:", len(breaches))
+	for _, br := range breaches {
+		fmt.Fprintf(&b, "\n  %s", br)
+	}
+	return cli.Exit(b.String(), exitThreshold)
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/results"
+)
+
+// Flags of report (and compare).
+const (
+	flagFormat              = "format"
+	flagPlot                = "plot"
+	flagMargin              = "margin"
+	flagHeadroom            = "headroom"
+	flagQuantile            = "quantile"
+	flagDeregistrationDelay = "deregistration-delay"
+)
+
+func reportCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "report",
+		Usage:     "render a results file again (text, markdown, json, csv, perfdata) without a cluster",
+		ArgsUsage: "RESULTS",
+		UsageText: `epwindow report epwindow-20261129-180000.jsonl
+   epwindow report --format markdown run.jsonl >> docs/platform/termination.md
+   epwindow report --plot run.jsonl
+   epwindow report --drain 30s --deregistration-delay 15s run.jsonl   # recommend for your app and LB
+   cat run.jsonl | epwindow report --format perfdata -`,
+		Description: `Reads a results file written by "epwindow measure" (JSON lines) or by "report --format csv"
+(the format is detected; "-" reads standard input), recomputes the percentiles from its trials and
+renders them. An interrupted run (no summary record, or a cut last line) is reported from the trials
+it finished, and says so. The bootstrap is seeded: the same file always renders the same report.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, markdown, json, csv or perfdata (ClusterLoader2 PerfData)"},
+			&cli.BoolFlag{Name: flagPlot, Usage: "add terminal charts (text format): the CDF of the window and each stage per trial"},
+			&cli.DurationFlag{Name: measure.FlagDrain, Usage: "longest request your app serves after SIGTERM (default: the run's --drain)"},
+			&cli.DurationFlag{Name: flagMargin, Value: results.DefaultMargin, Usage: "least margin added to the covered quantile (the worst observer resolution raises it)"},
+			&cli.DurationFlag{Name: flagHeadroom, Value: results.DefaultHeadroom, Usage: "added to preStop + drain for terminationGracePeriodSeconds"},
+			&cli.Float64Flag{Name: flagQuantile, Value: results.DefaultQuantile, Usage: "quantile of (traffic end − prestop_called) the preStop covers"},
+			&cli.DurationFlag{Name: flagDeregistrationDelay, Usage: "a load balancer's deregistration delay the preStop must exceed (default: the run's)"},
+		},
+		OnUsageError: usageError("report"),
+		Action:       runReport,
+	}
+}
+
+// usageError makes urfave/cli's own flag errors exit with exitUsage.
+func usageError(cmd string) cli.OnUsageErrorFunc {
+	return func(_ *cli.Context, err error, _ bool) error {
+		return cli.Exit(fmt.Sprintf("epwindow %s: %v", cmd, err), exitUsage)
+	}
+}
+
+// reportOptions turns report's flags into results.Options.
+func reportOptions(c *cli.Context) (results.Options, error) {
+	o := results.Options{
+		Quantile:            c.Float64(flagQuantile),
+		Margin:              c.Duration(flagMargin),
+		Drain:               c.Duration(measure.FlagDrain),
+		Headroom:            c.Duration(flagHeadroom),
+		DeregistrationDelay: c.Duration(flagDeregistrationDelay),
+	}
+	switch {
+	case o.Quantile <= 0 || o.Quantile >= 1:
+		return o, fmt.Errorf("--%s %v: want a fraction between 0 and 1, e.g. 0.99", flagQuantile, o.Quantile)
+	case o.Margin <= 0:
+		return o, fmt.Errorf("--%s %v: want a positive duration", flagMargin, o.Margin)
+	case o.Headroom <= 0:
+		return o, fmt.Errorf("--%s %v: want a positive duration", flagHeadroom, o.Headroom)
+	case o.Drain < 0:
+		return o, fmt.Errorf("--%s %v: must not be negative", measure.FlagDrain, o.Drain)
+	case o.DeregistrationDelay < 0:
+		return o, fmt.Errorf("--%s %v: must not be negative", flagDeregistrationDelay, o.DeregistrationDelay)
+	}
+	return o, nil
+}
+
+// readResults decodes a results file; "-" is standard input.
+func readResults(path string, stdin io.Reader) (*results.File, error) {
+	var r io.Reader = stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	file, err := results.Decode(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return file, nil
+}
+
+func runReport(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return cli.Exit(fmt.Sprintf("epwindow report: want one results file (or - for standard input), got %d arguments", c.NArg()), exitUsage)
+	}
+	format := c.String(flagFormat)
+	newReporter, ok := results.Reporters[format]
+	if !ok {
+		return cli.Exit(fmt.Sprintf("epwindow report: --%s %q: want one of %s", flagFormat, format, strings.Join(results.ReporterNames(), ", ")), exitUsage)
+	}
+	if c.Bool(flagPlot) && format != "text" {
+		return cli.Exit(fmt.Sprintf("epwindow report: --%s draws terminal charts: use it with --%s text", flagPlot, flagFormat), exitUsage)
+	}
+	opts, err := reportOptions(c)
+	if err != nil {
+		return cli.Exit("epwindow report: "+err.Error(), exitUsage)
+	}
+	path := c.Args().First()
+	file, err := readResults(path, os.Stdin)
+	if err != nil {
+		return cli.Exit("epwindow report: "+err.Error(), exitUsage)
+	}
+	if file.Interrupted() {
+		fmt.Fprintf(c.App.ErrWriter, "epwindow report: %s: the run was interrupted; reporting its %d finished trials\n", path, len(file.Trials))
+	}
+	sum := results.Summarize(file, opts)
+	if err := newReporter(sum)(c.App.Writer); err != nil {
+		return cli.Exit("epwindow report: "+err.Error(), exitFailure)
+	}
+	if c.Bool(flagPlot) {
+		fmt.Fprintln(c.App.Writer)
+		if err := results.NewPlotReporter(sum)(c.App.Writer); err != nil {
+			return cli.Exit("epwindow report: "+err.Error(), exitFailure)
+		}
+	}
+	return nil
+}
