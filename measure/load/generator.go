@@ -48,7 +48,7 @@ type Generator struct {
 	latest                                atomic.Int64
 	hits, sent, dropped, inFlight         atomic.Int64
 	ok, failed, unattributed, podOverflow atomic.Int64
-	latency                               histogram
+	latency, lag                          histogram
 
 	mu       sync.Mutex
 	pods     map[string]*PodStats
@@ -120,9 +120,8 @@ func newTransport(cfg Config) *http.Transport {
 }
 
 // Run sends requests on the schedule until ctx is done, then waits for the
-// requests in flight (each bounded by Config.Timeout) and returns nil. A
-// request's latency counts from its scheduled instant, so a late dispatch is
-// charged to the generator. Run may be called once.
+// requests in flight (each bounded by Config.Timeout) and returns nil. Run
+// may be called once.
 func (g *Generator) Run(ctx context.Context) error {
 	if !g.running.CompareAndSwap(false, true) {
 		return errors.New("load: Run called twice")
@@ -187,6 +186,8 @@ func (g *Generator) Run(ctx context.Context) error {
 
 // hit sends one request due at scheduled and records its outcome.
 func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
+	began := g.clk.Now()
+	g.lag.add(began.Sub(scheduled))
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 
@@ -200,7 +201,7 @@ func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 	}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, g.url, nil)
 	if err != nil {
-		g.finish(scheduled, KindOther)
+		g.finish(scheduled, began, KindOther)
 		return
 	}
 	if g.cfg.Host != "" {
@@ -209,16 +210,15 @@ func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 	req.Close = !g.cfg.KeepAlive
 	req.Header.Set("User-Agent", "epwindow-load")
 
-	before := g.clk.Now()
 	resp, err := g.client.Do(req)
 	if err != nil {
-		g.finish(scheduled, classify(err))
+		g.finish(scheduled, began, classify(err))
 		return
 	}
 	// The trace hooks ran before Do returned a response (the read loop hands
 	// the response over a channel), so s and r are safe to read here.
 	if s.IsZero() {
-		s = before
+		s = began
 	}
 	if r.IsZero() {
 		r = g.clk.Now()
@@ -227,25 +227,25 @@ func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 	resp.Body.Close()
 	switch {
 	case err != nil:
-		g.finish(scheduled, classify(err))
+		g.finish(scheduled, began, classify(err))
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		g.finish(scheduled, statusKind(resp.StatusCode))
+		g.finish(scheduled, began, statusKind(resp.StatusCode))
 	default:
-		g.succeed(scheduled, s, r, resp.Header)
+		g.succeed(scheduled, began, s, r, resp.Header)
 	}
 }
 
-// finish records a failed request.
-func (g *Generator) finish(scheduled time.Time, kind string) {
-	g.latency.add(g.clk.Since(scheduled))
+// finish records a failed request, due at scheduled and begun at began.
+func (g *Generator) finish(scheduled, began time.Time, kind string) {
+	g.latency.add(g.clk.Since(began))
 	g.failed.Add(1)
 	g.recordFailure(scheduled, kind)
 }
 
 // succeed records a 2xx response whose request went out at s and whose first
 // byte came back at r.
-func (g *Generator) succeed(scheduled, s, r time.Time, h http.Header) {
-	g.latency.add(g.clk.Since(scheduled))
+func (g *Generator) succeed(scheduled, began, s, r time.Time, h http.Header) {
+	g.latency.add(g.clk.Since(began))
 	g.ok.Add(1)
 	pod := h.Get(HeaderPod)
 	if pod == "" {
@@ -355,6 +355,9 @@ func (g *Generator) Totals() Totals {
 	t.LatencyN, q = g.latency.quantiles(0.5, 0.9, 0.99)
 	t.LatencyP50, t.LatencyP90, t.LatencyP99 = q[0], q[1], q[2]
 	t.LatencyMax = time.Duration(g.latency.max.Load())
+	_, q = g.lag.quantiles(0.5, 0.99)
+	t.LagP50, t.LagP99 = q[0], q[1]
+	t.LagMax = time.Duration(g.lag.max.Load())
 	g.mu.Lock()
 	t.FailuresKeptSince = g.failures.keptSince()
 	g.mu.Unlock()

@@ -89,9 +89,12 @@ func TestGeneratorSchedule(t *testing.T) {
 	// relative (like time.Timer), so a step racing its Pace call would
 	// postpone the wake-up rather than test the schedule.
 	for k := int64(1); ; k++ {
-		eventually(t, "hit "+strconv.FormatInt(k, 10), func() bool { return g.Totals().Sent == k && fc.HasWaiters() })
-		if got := g.Totals().Sent; got != k {
-			t.Fatalf("after %d steps of 10ms: %d requests sent, want %d", k-1, got, k)
+		eventually(t, "hit "+strconv.FormatInt(k, 10), func() bool {
+			tot := g.Totals()
+			return tot.Sent == k && tot.OK == k && fc.HasWaiters()
+		})
+		if tot := g.Totals(); tot.Sent != k || tot.LagMax != 0 {
+			t.Fatalf("after %d steps of 10ms: %d requests sent with lag up to %v, want %d on time", k-1, tot.Sent, tot.LagMax, k)
 		}
 		if k == 51 {
 			break
@@ -106,6 +109,10 @@ func TestGeneratorSchedule(t *testing.T) {
 	tot := g.Totals()
 	if tot.Dropped != 0 || tot.Failed != 0 || tot.Hits != 151 {
 		t.Errorf("totals = %+v, want 151 hits, 151 sent, none dropped or failed", tot)
+	}
+	// The hit due at 510ms went out at 1500ms: the lag is the wake-up's.
+	if tot.LagMax != 990*time.Millisecond {
+		t.Errorf("lag max = %v, want 990ms", tot.LagMax)
 	}
 	if ps, ok := g.Pod("pod-a"); !ok || ps.Responses != 151 {
 		t.Errorf("Pod(pod-a) = %+v, %v; want 151 responses", ps, ok)

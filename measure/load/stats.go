@@ -67,13 +67,17 @@ type Totals struct {
 	// Rate is Sent over [Start, Latest], requests per second, as vegeta
 	// computes its "rate"; 0 until two requests were sent.
 	Rate float64
-	// Latency is from each request's scheduled instant to its last body byte
-	// (so dispatch lag counts against the generator), over finished
-	// requests, successes and failures alike. Percentiles are read from a
-	// log-linear histogram with 1/128 relative bucket width; LatencyN is
-	// how many requests they are over (report it next to them).
+	// Latency is from the start of each request (its goroutine began
+	// building it; connect included) to its last body byte, over finished
+	// requests, successes and failures alike: what vegeta calls latency.
+	// Percentiles are read from a log-linear histogram with 1/128 relative
+	// bucket width; LatencyN is how many requests they are over (report it
+	// next to them).
 	LatencyN                                       int64
 	LatencyP50, LatencyP90, LatencyP99, LatencyMax time.Duration
+	// Lag is how late requests started after their scheduled instant (timer
+	// and goroutine wake-up): the generator keeping its schedule or not.
+	LagP50, LagP99, LagMax time.Duration
 	// FailuresKeptSince is the start of the failure history: Failures is
 	// complete for windows starting at or after it (zero if nothing was ever
 	// overwritten).
