@@ -368,13 +368,16 @@ func TestCmdObserver(t *testing.T) {
 	_, next := tr.Latest()
 	go tr.Run(ctx)
 	waitPoll(t, next)
+	_, next = tr.Latest()
+	fc.SetTime(t0.Add(time.Second))
+	waitPoll(t, next)
 	fc.SetTime(t0.Add(1500 * time.Millisecond))
 	write("10.244.0.6:8080\n")
 	_, next = tr.Latest()
 	fc.SetTime(t0.Add(2 * time.Second))
 	waitPoll(t, next)
 	rs := tr.Removals(netip.MustParseAddrPort("10.244.0.5:8080"))
-	if len(rs) != 1 || !rs[0].Done() || rs[0].Removed.At != t0.Add(2*time.Second) || rs[0].LastPresent.At != t0 {
+	if len(rs) != 1 || !rs[0].Done() || rs[0].Removed.At != t0.Add(2*time.Second) || rs[0].LastPresent.At != t0.Add(time.Second) {
 		t.Fatalf("got %+v", rs)
 	}
 
