@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Results files and golden reports of the results package, rendered there
+// by the reporters themselves.
+var resultsTestdata = filepath.Join("..", "..", "results", "testdata")
+
+func testdata(name string) string { return filepath.Join(resultsTestdata, name) }
+
+// TestReportRendersGolden: `epwindow report --format F` prints exactly the
+// results package's golden report for F.
+func TestReportRendersGolden(t *testing.T) {
+	for format, golden := range map[string]string{
+		"text": "report.txt", "markdown": "report.md", "json": "report.json", "csv": "report.csv", "perfdata": "report.perfdata.json",
+	} {
+		t.Run(format, func(t *testing.T) {
+			out, err := runApp(t, "report", "--format", format, testdata("run.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(testdata(golden))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != string(want) {
+				t.Errorf("report --format %s differs from %s:\n%s", format, golden, out)
+			}
+		})
+	}
+	// The csv report is itself a results file: reporting it again gives
+	// the same trials, hence the same table.
+	csvOut, err := runApp(t, "report", "--format", "csv", testdata("run.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "run.csv")
+	if err := os.WriteFile(path, []byte(csvOut), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again, err := runApp(t, "report", "--format", "csv", path)
+	if err != nil || again != csvOut {
+		t.Errorf("report of the csv report differs (err %v)", err)
+	}
+}
+
+func TestReportPlot(t *testing.T) {
+	out, err := runApp(t, "report", "--plot", testdata("run.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plot, err := os.ReadFile(testdata("report.plot.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(out, string(plot)) || !strings.Contains(out, "recommendation") {
+		t.Errorf("report --plot is not the table followed by the plot:\n%s", out)
+	}
+}
+
+func TestReportOptionsChangeRecommendation(t *testing.T) {
+	out, err := runApp(t, "report", "--drain", "30s", "--deregistration-delay", "15s", "--headroom", "2s", testdata("run.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"deregistration_delay < preStop: 15.000s < preStop → 16s", "= 16s + 30.000s + 2.000s → 48s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// envMainArgs makes TestExitCodes run main() itself with these arguments
+// (JSON), so the test sees the exit status the shell would.
+const envMainArgs = "EPWINDOW_TEST_MAIN_ARGS"
+
+// TestExitCodes runs the real binary entry point (this test binary,
+// re-executed into main()) and checks the documented exit codes.
+func TestExitCodes(t *testing.T) {
+	if js := os.Getenv(envMainArgs); js != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(js), &args); err != nil {
+			t.Fatal(err)
+		}
+		os.Args = append([]string{"epwindow"}, args...)
+		main()
+		os.Exit(0)
+	}
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.jsonl")
+	noValid := filepath.Join(dir, "novalid.jsonl")
+	if err := os.WriteFile(garbage, []byte("{\"kind\":\"header\",\"schema\":1}\nnot json\n{\"kind\":\"trial\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(noValid, []byte(`{"kind":"header","schema":1}`+"\n"+`{"kind":"trial","trial":1,"valid":false,"invalid_reason":"watch broke"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run, base, intr := testdata("run.jsonl"), testdata("baseline.jsonl"), testdata("interrupted.jsonl")
+	runBytes, err := os.ReadFile(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		args   []string
+		stdin  []byte
+		code   int
+		stderr string
+	}{
+		{"report", []string{"report", run}, nil, exitOK, ""},
+		{"report from stdin", []string{"report", "--format", "json", "-"}, runBytes, exitOK, ""},
+		{"report of an interrupted run", []string{"report", intr}, nil, exitOK, "interrupted"},
+		{"report without a file", []string{"report"}, nil, exitUsage, "want one results file"},
+		{"report of a missing file", []string{"report", filepath.Join(dir, "nope.jsonl")}, nil, exitUsage, "no such file"},
+		{"report of a malformed file", []string{"report", garbage}, nil, exitUsage, "line 2"},
+		{"report --format yaml", []string{"report", "--format", "yaml", run}, nil, exitUsage, "--format"},
+		{"report --plot with json", []string{"report", "--plot", "--format", "json", run}, nil, exitUsage, "--plot"},
+		{"report --quantile 1.5", []string{"report", "--quantile", "1.5", run}, nil, exitUsage, "--quantile"},
+		{"report unknown flag", []string{"report", "--bogus", run}, nil, exitUsage, "bogus"},
+		{"compare", []string{"compare", base, run}, nil, exitOK, ""},
+		{"compare under a generous p99 cap", []string{"compare", "--max-p99", "window=1h", base, run}, nil, exitOK, "all met"},
+		{"compare over a p99 cap", []string{"compare", "--max-p99", "window=1s", base, run}, nil, exitThreshold, "max-p99: window"},
+		{"compare with a regression", []string{"compare", "--max-regression", "20%", base, run}, nil, exitThreshold, "max-regression: upstream_removed"},
+		{"compare a run with itself", []string{"compare", "--max-regression", "1%", run, run}, nil, exitOK, "all met"},
+		{"compare an unknown stage", []string{"compare", "--max-p99", "windw=3s", base, run}, nil, exitUsage, "unknown metric"},
+		{"compare a bad regression", []string{"compare", "--max-regression", "lots", base, run}, nil, exitUsage, "--max-regression"},
+		{"compare one file", []string{"compare", run}, nil, exitUsage, "BASELINE and NEW"},
+		{"compare without valid trials", []string{"compare", noValid, run}, nil, exitUsage, "no valid trial"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			js, _ := json.Marshal(tt.args)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestExitCodes$")
+			cmd.Env = append(os.Environ(), envMainArgs+"="+string(js))
+			cmd.Stdin = bytes.NewReader(tt.stdin)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.code || !strings.Contains(stderr.String(), tt.stderr) {
+				t.Errorf("epwindow %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tt.args, " "), code, stderr.String(), tt.code, tt.stderr)
+			}
+		})
+	}
+}
+
+// The in-process app returns the same codes (what measure's gate relies on).
+func TestCompareExitCoder(t *testing.T) {
+	_, err := runApp(t, "compare", "--max-p99", "window=1s", testdata("baseline.jsonl"), testdata("run.jsonl"))
+	var ec cli.ExitCoder
+	if !errors.As(err, &ec) || ec.ExitCode() != exitThreshold {
+		t.Errorf("err = %v, want exit code %d", err, exitThreshold)
+	}
+}
