@@ -103,12 +103,16 @@ func (o *httpObserver) read(ctx context.Context, ep endpoint) ReplicaUpstreams {
 		resp.Body.Close()
 	}
 	r.At = o.clock.Now()
+	hint := ""
+	if ep.Hint != "" {
+		hint = " (" + ep.Hint + ")"
+	}
 	if err != nil {
-		r.Err = fmt.Errorf("%s replica %s: GET %s: %w", o.kind, ep.Replica, u, err)
+		r.Err = fmt.Errorf("%s replica %s: GET %s: %w%s", o.kind, ep.Replica, u, err, hint)
 		return r
 	}
 	if resp.StatusCode != http.StatusOK {
-		r.Err = fmt.Errorf("%s replica %s: GET %s: %s: %s", o.kind, ep.Replica, u, resp.Status, firstLine(body))
+		r.Err = fmt.Errorf("%s replica %s: GET %s: %s: %s%s", o.kind, ep.Replica, u, resp.Status, firstLine(body), hint)
 		return r
 	}
 	r.Upstreams, err = o.parse(body)

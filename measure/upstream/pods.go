@@ -26,6 +26,9 @@ type endpoint struct {
 	Replica string
 	BaseURL string
 	Err     error
+	// Hint is added to a failed read's error: how the replica is reached
+	// and which flag changes it.
+	Hint string
 }
 
 // source yields the replicas an HTTP observer reads at each poll.
@@ -84,6 +87,7 @@ type forward struct {
 	cancel    context.CancelFunc
 	done      chan struct{} // closed when ForwardPorts returns
 	err       error         // why it ended, once done is closed
+	errOut    *lockedWriter // the forwarder's complaints about connections
 }
 
 func (f *forward) alive() bool {
@@ -161,7 +165,11 @@ func (s *podSource) endpoints(ctx context.Context) ([]endpoint, error) {
 			}
 			s.forwards[key] = f
 		}
-		eps = append(eps, endpoint{Replica: key, BaseURL: fmt.Sprintf("http://127.0.0.1:%d", f.localPort)})
+		hint := fmt.Sprintf("via port-forward to pod %s port %d; if the controller listens elsewhere set --%s", key, s.port, s.portFlag)
+		if last := f.errOut.lastLine(); last != "" {
+			hint += "; port-forward said: " + last
+		}
+		eps = append(eps, endpoint{Replica: key, BaseURL: fmt.Sprintf("http://127.0.0.1:%d", f.localPort), Hint: hint})
 	}
 	for key, f := range s.forwards {
 		if !seen[key] {
@@ -185,17 +193,23 @@ func (s *podSource) open(ctx context.Context, p corev1.Pod) (*forward, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	u := s.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.Namespace).Name(p.Name).SubResource("portforward").URL()
+	// The URL is built from the config, not from the typed client's REST
+	// client, so that any kubernetes.Interface (a fake one in tests) will do.
+	host, _, err := rest.DefaultServerUrlFor(s.config)
+	if err != nil {
+		return nil, fail(err)
+	}
+	u := host.JoinPath("api", "v1", "namespaces", p.Namespace, "pods", p.Name, "portforward")
 	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
 	fctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
-	var errOut strings.Builder
-	pf, err := portforward.NewOnAddressesWithContext(fctx, dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(s.port)}, ready, io.Discard, &lockedWriter{w: &errOut})
+	errOut := &lockedWriter{}
+	pf, err := portforward.NewOnAddressesWithContext(fctx, dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(s.port)}, ready, io.Discard, errOut)
 	if err != nil {
 		cancel()
 		return nil, fail(err)
 	}
-	f := &forward{uid: string(p.UID), cancel: cancel, done: make(chan struct{})}
+	f := &forward{uid: string(p.UID), cancel: cancel, done: make(chan struct{}), errOut: errOut}
 	go func() {
 		f.err = pf.ForwardPorts()
 		close(f.done)
@@ -249,14 +263,26 @@ func (s *podSource) close() error {
 	return nil
 }
 
-// lockedWriter serialises writes from the port-forwarder's goroutines.
+// lockedWriter keeps the last line the port-forwarder's goroutines wrote.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu   sync.Mutex
+	last string
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	if s := strings.TrimSpace(string(p)); s != "" {
+		if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+			s = s[i+1:]
+		}
+		l.last = s
+	}
+	return len(p), nil
+}
+
+func (l *lockedWriter) lastLine() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
 }

@@ -1,0 +1,191 @@
+package upstream
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func ingressClass(name, controller string, isDefault bool) *networkingv1.IngressClass {
+	ic := &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.IngressClassSpec{Controller: controller}}
+	if isDefault {
+		ic.Annotations = map[string]string{networkingv1.AnnotationIsDefaultIngressClass: "true"}
+	}
+	return ic
+}
+
+func ingress(ns, name, class string) *networkingv1.Ingress {
+	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if class != "" {
+		ing.Spec.IngressClassName = &class
+	}
+	return ing
+}
+
+// restCfg points at a loopback port nothing listens on: observers can be
+// built, and a port-forward fails at once.
+var restCfg = &rest.Config{Host: "http://127.0.0.1:1"}
+
+func TestNewAutoPicksByController(t *testing.T) {
+	for _, tc := range []struct {
+		controller string
+		kind       string
+		reason     string
+	}{
+		{"k8s.io/ingress-nginx", KindNginx, "IngressClass c: controller k8s.io/ingress-nginx"},
+		{"traefik.io/ingress-controller", KindTraefik, "controller traefik.io/ingress-controller"},
+		{"projectcontour.io/contour", KindEnvoy, "projectcontour.io/contour"},
+		{"gateway.envoyproxy.io/gatewayclass-controller", KindEnvoy, "gateway.envoyproxy.io"},
+		{"zalando.org/skipper", KindSkipper, "zalando.org/skipper"},
+		{"example.com/skipper-ingress", KindSkipper, "skipper-ingress"},
+		{"elbv2.k8s.aws/alb", KindNone, "--observer cmd --upstreams-cmd"},
+	} {
+		t.Run(tc.controller, func(t *testing.T) {
+			cs := fake.NewClientset(ingressClass("c", tc.controller, false), ingress("epwindow", "probe", "c"))
+			obs, choice, err := New(context.Background(), KindAuto, Deps{Client: cs, Config: restCfg}, probeTarget, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer obs.Close()
+			if choice.Kind != tc.kind || obs.Name() != tc.kind || choice.Controller != tc.controller || !strings.Contains(choice.String(), tc.reason) {
+				t.Errorf("choice %+v (%s), observer %s; want %s because %q", choice, choice, obs.Name(), tc.kind, tc.reason)
+			}
+		})
+	}
+}
+
+func TestNewAutoFindsTheClass(t *testing.T) {
+	nginx, traefik := ingressClass("nginx", ControllerNginx, false), ingressClass("traefik", ControllerTraefik, true)
+	for _, tc := range []struct {
+		name    string
+		objs    []runtime.Object
+		opts    Options
+		want    string
+		wantErr string
+	}{
+		{"the Ingress's class", []runtime.Object{nginx, traefik, ingress("epwindow", "probe", "nginx")}, Options{}, KindNginx, ""},
+		{"--ingress-class wins", []runtime.Object{nginx, traefik, ingress("epwindow", "probe", "nginx")}, Options{IngressClass: "traefik"}, KindTraefik, ""},
+		{"the default class", []runtime.Object{nginx, traefik}, Options{}, KindTraefik, ""},
+		{"no default among several", []runtime.Object{nginx, ingressClass("t2", ControllerTraefik, false)}, Options{}, "", "--ingress-class"},
+		{"class missing", []runtime.Object{ingress("epwindow", "probe", "gone")}, Options{}, "", "get ingressclass gone"},
+		{"--upstreams-cmd wins over the class", []runtime.Object{nginx, traefik}, Options{Command: "true"}, KindCmd, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(tc.objs...)
+			obs, choice, err := New(context.Background(), KindAuto, Deps{Client: cs, Config: restCfg}, probeTarget, tc.opts)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer obs.Close()
+			if choice.Kind != tc.want {
+				t.Errorf("picked %s, want %s", choice, tc.want)
+			}
+		})
+	}
+}
+
+func TestNewErrorsNameTheFlag(t *testing.T) {
+	cs := fake.NewClientset()
+	for _, tc := range []struct {
+		name, kind string
+		opts       Options
+		want       []string
+	}{
+		{"cmd without a command", KindCmd, Options{}, []string{"--upstreams-cmd"}},
+		{"unknown kind", "haproxy", Options{}, []string{"--observer", "skipper, nginx"}},
+		{"envoy of an unknown controller", KindEnvoy, Options{}, []string{"--controller-selector", "--envoy-admin-port", "--observer-url"}},
+		{"bad cluster pattern", KindEnvoy, Options{URLs: []string{"http://127.0.0.1:1"}, EnvoyCluster: "("}, []string{"--envoy-cluster"}},
+		{"bad selector", KindNginx, Options{ControllerSelector: "a in (("}, []string{"--controller-selector"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := New(context.Background(), tc.kind, Deps{Client: cs, Config: restCfg}, probeTarget, tc.opts)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func controllerPod(ns, name string, args ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name),
+			Labels: map[string]string{"app.kubernetes.io/name": "ingress-nginx", "app.kubernetes.io/component": "controller"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "controller", Args: append([]string{"/nginx-ingress-controller"}, args...)},
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+// TestNginxPodDiscovery: the nginx observer finds the controller pods by the
+// chart's labels, reports --sync-rate-limit from their args, and when a pod
+// cannot be port-forwarded names the pod and the RBAC rule. With no pods it
+// names --controller-selector. The port-forward itself runs on the local
+// cluster (cluster_test.go).
+func TestNginxPodDiscovery(t *testing.T) {
+	cs := fake.NewClientset(
+		controllerPod("ingress-nginx", "ingress-nginx-controller-a", "--sync-rate-limit=1"),
+		controllerPod("ingress-nginx", "ingress-nginx-controller-b", "--sync-rate-limit=1"),
+	)
+	fc := clocktesting.NewFakeClock(t0)
+	obs, _, err := New(context.Background(), KindNginx, Deps{Client: cs, Config: restCfg, Clock: fc}, probeTarget,
+		Options{Interval: time.Second, ControllerNamespace: "ingress-nginx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	if got := obs.Settings(context.Background()); got["sync-rate-limit"] != "1" {
+		t.Errorf("settings %v, want sync-rate-limit 1", got)
+	}
+	s, err := obs.Poll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Replicas) != 2 {
+		t.Fatalf("replicas %+v", s.Replicas)
+	}
+	for _, r := range s.Replicas {
+		if r.Err == nil {
+			t.Fatalf("%s: port-forward to a closed API server port succeeded?", r.Replica)
+		}
+		t.Logf("unreachable replica: %v", r.Err)
+		for _, w := range []string{"pod " + r.Replica, "port 10246", "create pods/portforward in namespace ingress-nginx", "--controller-port"} {
+			if !strings.Contains(r.Err.Error(), w) {
+				t.Errorf("error %q does not mention %q", r.Err, w)
+			}
+		}
+	}
+
+	empty, _, err := New(context.Background(), KindNginx, Deps{Client: fake.NewClientset(), Config: restCfg, Clock: fc}, probeTarget, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if _, err := empty.Poll(context.Background()); err == nil || !strings.Contains(err.Error(), "--controller-selector") {
+		t.Errorf("no pods: err %v, want one naming --controller-selector", err)
+	}
+	if got := empty.Settings(context.Background()); got != nil {
+		t.Errorf("no pods: settings %v, want none", got)
+	}
+}
