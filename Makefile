@@ -30,6 +30,9 @@ test: fmt-check vet build
 
 # bench prints the figures from one run on this machine (about a minute):
 # the load generator against vegeta at equal rate and connections
-# (hack/bench-load.sh; vegeta is installed into .cache/bin).
+# (hack/bench-load.sh; vegeta is installed into .cache/bin); the probe's
+# req/s against a bare net/http handler and its heap under 10^6 requests from
+# 10^4 peers (hack/bench-probe.sh, about two minutes).
 bench: build
 	hack/bench-load.sh
+	hack/bench-probe.sh
