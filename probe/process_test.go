@@ -89,6 +89,7 @@ func startProbe(t *testing.T, env []string, args ...string) *proc {
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
 	if os.Geteuid() == 0 {
+		requireTraversable(t, binary, p.termLog)
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	}
 	stderr, err := p.cmd.StderrPipe()
@@ -134,6 +135,26 @@ func startProbe(t *testing.T, env []string, args ...string) *proc {
 		t.Fatalf("no addr in the started log line: %v", started)
 	}
 	return p
+}
+
+// requireTraversable fails unless an unprivileged user can reach paths: the
+// tests run the probe as nobody when they run as root.
+func requireTraversable(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, path := range paths {
+		for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+			fi, err := os.Stat(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm()&0o001 == 0 {
+				t.Fatalf("%s is not traversable by other users, so the probe cannot run as nobody; set TMPDIR to a directory under /tmp", d)
+			}
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+	}
 }
 
 func (p *proc) stderrText() string {
