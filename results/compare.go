@@ -138,9 +138,10 @@ func Compare(base, next *Summary, o CompareOptions) *Comparison {
 		mc := MetricChange{Metric: name, NBase: len(x), NNew: len(y), Verdict: NotJudged}
 		if len(x) > 0 && len(y) > 0 {
 			sx, sy := sortedCopy(x), sortedCopy(y)
+			cis, _ := BootstrapQuantileDiffs(x, y, CompareQuantiles, CompareResamples, CompareLevel, rngFor("compare/"+name))
 			worse, better := false, false
-			for _, q := range CompareQuantiles {
-				qc := compareQuantile(name, q, x, y, sx, sy, o)
+			for i, q := range CompareQuantiles {
+				qc := compareQuantile(q, sx, sy, cis[i], o)
 				mc.Changes = append(mc.Changes, qc)
 				if !qc.counts() {
 					continue
@@ -194,19 +195,18 @@ func orderMetrics(names []string) []string {
 	return out
 }
 
-func compareQuantile(name string, q float64, x, y, sx, sy []float64, o CompareOptions) QuantileChange {
+func compareQuantile(q float64, sx, sy []float64, ci Interval, o CompareOptions) QuantileChange {
 	bq, _ := Quantile(q, sx)
 	nq, _ := Quantile(q, sy)
 	qc := QuantileChange{Quantile: q, BaseNS: int64(bq), NewNS: int64(nq), DiffNS: int64(nq - bq)}
 	if bq != 0 {
 		qc.Rel = (nq - bq) / math.Abs(bq)
 	}
-	ci, _ := BootstrapQuantileDiff(x, y, q, CompareResamples, CompareLevel, rngFor(fmt.Sprintf("compare/%s/%g", name, q)))
 	qc.CILoNS, qc.CIHiNS = int64(ci.Lo), int64(ci.Hi)
 	qc.Significant = ci.Lo > 0 || ci.Hi < 0
 	minimum := max(float64(o.MinChange), o.MinChangeRel*math.Abs(bq))
 	qc.Relevant = math.Abs(nq-bq) >= minimum
-	qc.Judged = Judged(q, len(x), len(y))
+	qc.Judged = Judged(q, len(sx), len(sy))
 	return qc
 }
 

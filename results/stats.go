@@ -79,13 +79,26 @@ func BootstrapQuantile(x []float64, p float64, b int, level float64, rng *rand.R
 // BootstrapQuantileDiff is the percentile-bootstrap confidence interval of
 // quantile_p(y) − quantile_p(x), resampling both independently.
 func BootstrapQuantileDiff(x, y []float64, p float64, b int, level float64, rng *rand.Rand) (Interval, bool) {
-	if len(x) == 0 || len(y) == 0 || b <= 0 {
+	cis, ok := BootstrapQuantileDiffs(x, y, []float64{p}, b, level, rng)
+	if !ok {
 		return Interval{}, false
 	}
-	stats := make([]float64, b)
+	return cis[0], true
+}
+
+// BootstrapQuantileDiffs is BootstrapQuantileDiff for several quantiles
+// from the same resamples (one resampling pass instead of one per quantile).
+func BootstrapQuantileDiffs(x, y []float64, ps []float64, b int, level float64, rng *rand.Rand) ([]Interval, bool) {
+	if len(x) == 0 || len(y) == 0 || b <= 0 || len(ps) == 0 {
+		return nil, false
+	}
+	stats := make([][]float64, len(ps))
+	for i := range stats {
+		stats[i] = make([]float64, b)
+	}
 	rx := make([]float64, len(x))
 	ry := make([]float64, len(y))
-	for i := range stats {
+	for i := 0; i < b; i++ {
 		for j := range rx {
 			rx[j] = x[rng.IntN(len(x))]
 		}
@@ -94,9 +107,15 @@ func BootstrapQuantileDiff(x, y []float64, p float64, b int, level float64, rng 
 		}
 		slices.Sort(rx)
 		slices.Sort(ry)
-		stats[i] = stat.Quantile(p, quantileKind, ry, nil) - stat.Quantile(p, quantileKind, rx, nil)
+		for k, p := range ps {
+			stats[k][i] = stat.Quantile(p, quantileKind, ry, nil) - stat.Quantile(p, quantileKind, rx, nil)
+		}
 	}
-	return percentileInterval(stats, level), true
+	out := make([]Interval, len(ps))
+	for k := range ps {
+		out[k] = percentileInterval(stats[k], level)
+	}
+	return out, true
 }
 
 func percentileInterval(stats []float64, level float64) Interval {
