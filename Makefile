@@ -6,10 +6,21 @@ LDFLAGS  := -X main.version=$(VERSION)
 # Build outputs and caches live in gitignored folders.
 BIN      := bin
 
-.PHONY: build deps test fmt-check vet bench
+.PHONY: build deps test fmt-check vet bench image
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/epwindow ./cmd/epwindow
+
+# image writes bin/epwindow-image.tar offline (no Docker): one layer with the
+# static binary at /usr/local/bin/epwindow on an empty base, user 65532,
+# entrypoint epwindow, tagged epwindow:latest and epwindow:$(VERSION). Load it
+# with docker load -i / kind load image-archive / ctr images import. IMAGE_ARCH
+# cross-builds (e.g. make image IMAGE_ARCH=arm64).
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image/$(IMAGE_ARCH)/epwindow ./cmd/epwindow
+	$(GO) run ./hack/imagebuild -binary $(BIN)/image/$(IMAGE_ARCH)/epwindow -version $(VERSION) \
+		-tag epwindow:latest -tag epwindow:$(VERSION) -o $(BIN)/epwindow-image.tar
 
 # deps installs what a fresh Debian machine lacks (root, apt): the standard CNI
 # plugins the local cluster's node agent uses, and iproute2.
