@@ -14,7 +14,7 @@ import (
 // Reporter renders a closed Summary.
 type Reporter func(io.Writer) error
 
-// Reporters maps each --format name to its constructor.
+// Reporters maps each --format name to its constructor. Read-only.
 var Reporters = map[string]func(*Summary) Reporter{
 	"text":     NewTextReporter,
 	"markdown": NewMarkdownReporter,
@@ -240,7 +240,8 @@ func NewMarkdownReporter(s *Summary) Reporter {
 		}
 		if r := d.Recommendation; r != nil {
 			e.printf("### Recommended settings\n\n")
-			e.printf("```yaml\nspec:\n  terminationGracePeriodSeconds: %d\n  containers:\n  - lifecycle:\n      preStop:\n        sleep:\n          seconds: %d\n```\n\n", r.GraceSeconds, r.PreStopSeconds)
+			e.printf("```yaml\nspec:\n  terminationGracePeriodSeconds: %d\n  containers:\n  - name: app   # every container that serves traffic\n    lifecycle:\n      preStop:\n        sleep:\n          seconds: %d\n```\n\n", r.GraceSeconds, r.PreStopSeconds)
+			e.printf("The `sleep` handler needs Kubernetes 1.30 or later; elsewhere use `exec: {command: [\"sleep\", \"%d\"]}` in an image with `sleep`, or delay shutdown in the app by as much.\n\n", r.PreStopSeconds)
 			for _, l := range r.Formula() {
 				e.printf("- `%s`\n", l)
 			}

@@ -8,7 +8,7 @@ import (
 
 // Points are the instants the reports tabulate, as offsets from T0, in the
 // order causality suggests (the node path and the control-plane path
-// interleave). Keyed stages contribute their latest instance.
+// interleave). Keyed stages contribute their latest instance. Read-only.
 var Points = []string{
 	StageDeleteAcked,
 	StagePodTerminatingSeen,
@@ -37,6 +37,7 @@ func (d Delta) Name() string { return d.From + "→" + d.To }
 // Deltas are the stage-to-stage durations the reports tabulate: the
 // control-plane path (slice → ingress → last traffic) and the node path
 // (kubelet → preStop → SIGTERM), and what each termination signal must cover.
+// Read-only.
 var Deltas = []Delta{
 	{StageSliceNotReady, StageUpstreamRemoved},
 	{StageUpstreamRemoved, PointWindow},
