@@ -13,6 +13,8 @@
 //
 // It does not know about Kubernetes: mapping pods to nodes, deciding which
 // failures fall inside a trial's window and correcting pod-clock stages are
-// the caller's (package measure) business. It does not retry and does not
-// follow redirects; every response is reported as it arrived.
+// the caller's (package measure) business. It speaks HTTP/1.1 only (one
+// request per connection at a time, so a new connection per request means a
+// new accept by whoever is routed to), does not retry and does not follow
+// redirects; every response is reported as it arrived.
 package load
