@@ -7,7 +7,11 @@ const TimelineVersion = 1
 
 // Timeline is the probe's record of what reached it, served at GET /timeline
 // and written as the termination message. Instants are the probe's wall clock
-// (plus --clock-offset); the tool corrects them for skew.
+// (plus --clock-offset), RFC 3339 with ns; the tool corrects them for skew.
+// Each is stamped before any lock is taken, so its precision is the
+// scheduling delay of the goroutine that stamps it (~µs on an idle node) plus
+// the skew bound the tool derives. Where an event happens several times, the
+// Last* instants keep the latest stamp, never moving backwards.
 type Timeline struct {
 	Version int    `json:"version"`
 	Pod     string `json:"pod"`
@@ -15,14 +19,17 @@ type Timeline struct {
 	Now time.Time `json:"now"`
 	// ClockOffsetNS is the injected --clock-offset (fault injection), already
 	// included in every instant here.
-	ClockOffsetNS int64     `json:"clock_offset_ns,omitempty"`
-	Started       time.Time `json:"started"`
+	ClockOffsetNS int64 `json:"clock_offset_ns,omitempty"`
+	// Started is when the probe's recorder was created, just before listening.
+	Started time.Time `json:"started"`
 
-	// PrestopCalled is the first GET /prestop (the kubelet's preStop httpGet);
-	// PrestopCalls counts every call, the first included.
+	// PrestopCalled is the first GET /prestop (the kubelet's preStop httpGet),
+	// stamped at handler entry before any ?sleep; PrestopCalls counts every
+	// call, the first included.
 	PrestopCalled *time.Time `json:"prestop_called,omitempty"`
 	PrestopCalls  int64      `json:"prestop_calls,omitempty"`
-	// Sigterm is when the probe saw SIGTERM (or SIGINT).
+	// Sigterm is when the probe's serve loop saw SIGTERM (or SIGINT): µs
+	// after delivery.
 	Sigterm *time.Time `json:"sigterm,omitempty"`
 	// Released is the first POST /release; HoldExpired is set instead when
 	// --hold ran out first.
@@ -35,26 +42,34 @@ type Timeline struct {
 	// Accepts and Requests count everything; the Traffic* fields count only
 	// connections/requests that carried traffic (not /healthz, /timeline,
 	// /clock, /prestop, /release), which is what the window is made of.
-	Accepts         int64      `json:"accepts"`
-	Requests        int64      `json:"requests"`
-	FirstAccept     *time.Time `json:"first_accept,omitempty"`
-	LastAccept      *time.Time `json:"last_accept,omitempty"`
-	LastRequest     *time.Time `json:"last_request,omitempty"`
-	TrafficAccepts  int64      `json:"traffic_accepts"`
-	TrafficRequests int64      `json:"traffic_requests"`
+	//
+	// An accept is stamped by the HTTP server's ConnContext hook, on its accept
+	// loop right after accept(2) returns; a request at handler entry, right
+	// after its header has been read (keep-alive requests included).
+	Accepts     int64      `json:"accepts"`
+	Requests    int64      `json:"requests"`
+	FirstAccept *time.Time `json:"first_accept,omitempty"`
+	LastAccept  *time.Time `json:"last_accept,omitempty"`
+	LastRequest *time.Time `json:"last_request,omitempty"`
+	// TrafficAccepts counts connections that carried at least one traffic
+	// request.
+	TrafficAccepts  int64 `json:"traffic_accepts"`
+	TrafficRequests int64 `json:"traffic_requests"`
 	// LastTrafficAccept is the accept instant of the last connection that
 	// carried a traffic request; LastTrafficRequest the last such request.
 	LastTrafficAccept  *time.Time `json:"last_traffic_accept,omitempty"`
 	LastTrafficRequest *time.Time `json:"last_traffic_request,omitempty"`
 
+	// The *AfterSigterm counts are of events stamped at or after Sigterm; a
+	// traffic accept counts when its connection was accepted after Sigterm,
+	// whenever its first traffic request came.
 	AcceptsAfterSigterm         int64 `json:"accepts_after_sigterm"`
 	RequestsAfterSigterm        int64 `json:"requests_after_sigterm"`
 	TrafficAcceptsAfterSigterm  int64 `json:"traffic_accepts_after_sigterm"`
 	TrafficRequestsAfterSigterm int64 `json:"traffic_requests_after_sigterm"`
 
-	// Peers is per peer IP address (not port), capped; PeersOverflow counts
-	// accepts from peers beyond the cap.
-	// Peers are ordered by latest activity first (traffic request, then any
+	// Peers is per peer IP address (not port), capped by --max-peers;
+	// PeersOverflow counts accepts from peers beyond the cap. Peers are ordered by latest activity first (traffic request, then any
 	// request, then accept). PeersOmitted counts peers left out of this
 	// rendering to fit the 4 KiB termination message (the oldest go first).
 	Peers         []Peer `json:"peers,omitempty"`
@@ -62,7 +77,8 @@ type Timeline struct {
 	PeersOmitted  int    `json:"peers_omitted,omitempty"`
 }
 
-// Peer is what one peer IP address sent.
+// Peer is what one peer IP address sent; its instants are stamped as the
+// Timeline's are.
 type Peer struct {
 	Addr               string     `json:"addr"`
 	Accepts            int64      `json:"accepts"`
