@@ -20,7 +20,7 @@ type Timeline struct {
 	// ClockOffsetNS is the injected --clock-offset (fault injection), already
 	// included in every instant here.
 	ClockOffsetNS int64 `json:"clock_offset_ns,omitempty"`
-	// Started is when the probe's recorder was created, just before listening.
+	// Started is when the probe began serving (its listener already open).
 	Started time.Time `json:"started"`
 
 	// PrestopCalled is the first GET /prestop (the kubelet's preStop httpGet),
