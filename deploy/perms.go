@@ -88,12 +88,13 @@ func RequiredPermissions(createNamespace bool) []Perm {
 	return out
 }
 
-// NginxObserverPermissions lists what --observer nginx needs in the
-// controller's namespace ns (deploy/rbac/observer-nginx).
-func NginxObserverPermissions(ns string) []Perm {
+// ObserverPermissions lists what an observer that reads the controller's
+// pods (nginx, traefik, envoy, and skipper without --observer-url) needs in
+// the controller's namespace ns (deploy/rbac/observer).
+func ObserverPermissions(ns string) []Perm {
 	out := append(
-		perms(ScopeFixed, "", "pods", "", "find the ingress-nginx replicas", "list"),
-		perms(ScopeFixed, "", "pods", "portforward", "read each replica's /configuration/backends", "create")...)
+		perms(ScopeFixed, "", "pods", "", "find the ingress controller's replicas", "list"),
+		perms(ScopeFixed, "", "pods", "portforward", "read each replica's own upstream list through a port-forward", "create")...)
 	for i := range out {
 		out[i].Namespace = ns
 	}

@@ -83,7 +83,7 @@ func TestMissingPermissionsAllAllowed(t *testing.T) {
 
 func TestCheckFixedNamespace(t *testing.T) {
 	cs, seen := fakeAuthz(func(a authorizationv1.ResourceAttributes) bool { return a.Subresource != "portforward" })
-	missing, err := Check(context.Background(), cs.AuthorizationV1(), "run-ns", NginxObserverPermissions("ingress-nginx"))
+	missing, err := Check(context.Background(), cs.AuthorizationV1(), "run-ns", ObserverPermissions("ingress-nginx"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestRBACMatchesGo(t *testing.T) {
 		{"rbac/cluster/clusterrole.yaml", permRules(RequiredPermissions(true), ScopeCluster, ScopeRun)},
 		{"rbac/namespaced/role.yaml", permRules(RequiredPermissions(false), ScopeRun)},
 		{"rbac/namespaced/clusterrole.yaml", permRules(RequiredPermissions(false), ScopeCluster)},
-		{"rbac/observer-nginx/role.yaml", permRules(NginxObserverPermissions("x"), ScopeFixed)},
+		{"rbac/observer/role.yaml", permRules(ObserverPermissions("x"), ScopeFixed)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {

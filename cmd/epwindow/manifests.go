@@ -31,7 +31,7 @@ const (
 )
 
 // rbacVariants are the directories under deploy/rbac/ that --rbac prints.
-var rbacVariants = []string{"cluster", "namespaced", "observer-nginx"}
+var rbacVariants = []string{"cluster", "namespaced", "observer"}
 
 // workloadFlags are the flags that shape the probe workload. measure and
 // manifests both take them, so that manifests prints what measure applies.
@@ -116,8 +116,8 @@ used; any other class gets the base with that class.
 
 --rbac prints deploy/rbac/<variant> instead: cluster (measure creates its own
 namespace), namespaced (it runs in an existing namespace "epwindow"), or
-observer-nginx (the extra Role --observer nginx needs in the controller's
-namespace).`,
+observer (the extra Role an observer that port-forwards to the ingress
+controller's pods needs in the controller's namespace).`,
 		Flags: append(workloadFlags(),
 			&cli.StringFlag{Name: flagNamespace, Value: defaultNamespace, Usage: "namespace of the objects (measure generates one per run)"},
 			&cli.StringFlag{Name: flagName, Value: defaultName, Usage: "name of the Deployment, Service and Ingress"},
