@@ -140,9 +140,11 @@ func bridgeConfList(cfg Config, i int) ([]byte, error) {
 	}, "", "  ")
 }
 
-func cniDir(cfg Config) string                    { return filepath.Join(cfg.StateDir, "cni") }
-func confListPath(cfg Config, node string) string { return filepath.Join(cniDir(cfg), node+".conflist") }
-func loConfListPath(cfg Config) string            { return filepath.Join(cniDir(cfg), "lo.conflist") }
+func cniDir(cfg Config) string { return filepath.Join(cfg.StateDir, "cni") }
+func confListPath(cfg Config, node string) string {
+	return filepath.Join(cniDir(cfg), node+".conflist")
+}
+func loConfListPath(cfg Config) string { return filepath.Join(cniDir(cfg), "lo.conflist") }
 
 // TeardownNetwork removes everything SetupNetwork and the pods made: the
 // pods' network namespaces (killing any process left in them), the bridge

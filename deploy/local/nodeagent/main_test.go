@@ -1,0 +1,95 @@
+package nodeagent
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary be both the container shim (as the
+// epwindow-local binary is) and the containers' app.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case ShimArg:
+			ShimMain(os.Args[2:])
+		case testAppArg:
+			testApp(os.Args[2:])
+			return
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// testAppArg makes the test binary a container app (see testApp).
+const testAppArg = "testapp"
+
+// appReport is what the test app writes as its termination message.
+type appReport struct {
+	PreStopNS int64             `json:"prestop_ns"`
+	SigtermNS int64             `json:"sigterm_ns"`
+	Env       map[string]string `json:"env"`
+	Hostname  string            `json:"hostname"`
+	UID       int               `json:"uid"`
+	RootRO    bool              `json:"root_ro"`
+}
+
+// testApp serves :8080 (/healthz, /prestop, /report) and on SIGTERM writes
+// its report to /dev/termination-log and exits 0, or with "ignore-term"
+// keeps running until killed.
+func testApp(args []string) {
+	ignore := len(args) > 0 && args[0] == "ignore-term"
+	var mu sync.Mutex
+	rep := appReport{Env: map[string]string{}, UID: os.Getuid()}
+	for _, k := range []string{"POD_NAME", "POD_NAMESPACE", "POD_IP", "NODE_NAME", "GREETING", "PATH"} {
+		rep.Env[k] = os.Getenv(k)
+	}
+	rep.Hostname, _ = os.Hostname()
+	probe := filepath.Join("/", fmt.Sprintf(".epwt-ro-%d", os.Getpid()))
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		rep.RootRO = true
+	} else {
+		os.Remove(probe)
+	}
+	write := func() {
+		mu.Lock()
+		b, _ := json.Marshal(rep)
+		mu.Unlock()
+		_ = os.WriteFile("/dev/termination-log", b, 0o644)
+	}
+	http.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) })
+	http.HandleFunc("/prestop", func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		rep.PreStopNS = time.Now().UnixNano()
+		mu.Unlock()
+		write()
+	})
+	http.HandleFunc("/report", func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = json.NewEncoder(w).Encode(rep)
+	})
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	go func() {
+		<-sig
+		mu.Lock()
+		rep.SigtermNS = time.Now().UnixNano()
+		mu.Unlock()
+		write()
+		if !ignore {
+			os.Exit(0)
+		}
+	}()
+	if err := http.ListenAndServe(":8080", nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+}

@@ -1,0 +1,190 @@
+package nodeagent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ShimArg is argv[1] of a process started as a container shim. The binary
+// embedding the node agent must, first thing in main, call
+// ShimMain(os.Args[2:]) when os.Args[1] == ShimArg.
+const ShimArg = "__epwindow-nodeagent-shim"
+
+// shimSpec is what the agent passes to the shim (as JSON in argv[2]).
+type shimSpec struct {
+	NetNS    string   `json:"netns"`
+	Hostname string   `json:"hostname"`
+	Path     string   `json:"path"`
+	Args     []string `json:"args"`
+	Env      []string `json:"env"`
+	Dir      string   `json:"dir,omitempty"`
+	// UID and GID are applied when SetUser is true (runAsUser given).
+	SetUser bool     `json:"setUser,omitempty"`
+	UID     int      `json:"uid,omitempty"`
+	GID     int      `json:"gid,omitempty"`
+	Groups  []int    `json:"groups,omitempty"`
+	// TermLog is the host file bind-mounted at TermPath.
+	TermLog      string `json:"termLog,omitempty"`
+	TermPath     string `json:"termPath,omitempty"`
+	ReadOnlyRoot bool   `json:"readOnlyRoot,omitempty"`
+}
+
+// shimCloneFlags are the namespaces the agent creates for the shim when it
+// starts it: a private mount table (for /dev and the termination-message
+// file) and its own hostname.
+const shimCloneFlags = syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
+
+// ShimMain turns the current process into a container: it is started by
+// the agent in fresh mount and UTS namespaces, and here it makes its mounts
+// private, mounts a tmpfs /dev with the basic devices and the termination
+// message file, optionally makes / read-only, enters the pod's network
+// namespace, drops to the container's user and execs the container's
+// command. It does not return; on failure it prints the reason to stderr
+// (the container log) and exits 128, the code runtimes use for a container
+// that could not start.
+func ShimMain(args []string) {
+	err := shim(args)
+	fmt.Fprintf(os.Stderr, "epwindow node agent: start container: %v\n", err)
+	os.Exit(128)
+}
+
+func shim(args []string) error {
+	// Namespace changes below apply to this thread, which must be the one
+	// that calls exec.
+	runtime.LockOSThread()
+	if len(args) != 1 {
+		return fmt.Errorf("shim wants one argument (the spec), got %d", len(args))
+	}
+	var s shimSpec
+	if err := json.Unmarshal([]byte(args[0]), &s); err != nil {
+		return fmt.Errorf("decode spec: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if s.Hostname != "" {
+		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+			return fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	if err := setupDev(); err != nil {
+		return err
+	}
+	if s.TermLog != "" && s.TermPath != "" {
+		if err := bindTermLog(s.TermLog, s.TermPath); err != nil {
+			return err
+		}
+	}
+	if s.ReadOnlyRoot {
+		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("remount / read-only: %w", err)
+		}
+	}
+	fd, err := unix.Open(s.NetNS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open pod network namespace: %w", err)
+	}
+	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter pod network namespace: %w", err)
+	}
+	unix.Close(fd)
+	dir := s.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	if err := os.Chdir(dir); err != nil {
+		return fmt.Errorf("working dir: %w", err)
+	}
+	if s.SetUser {
+		groups := s.Groups
+		if groups == nil {
+			groups = []int{}
+		}
+		if err := syscall.Setgroups(groups); err != nil {
+			return fmt.Errorf("set groups: %w", err)
+		}
+		if err := syscall.Setgid(s.GID); err != nil {
+			return fmt.Errorf("set gid %d: %w", s.GID, err)
+		}
+		if err := syscall.Setuid(s.UID); err != nil {
+			return fmt.Errorf("set uid %d: %w", s.UID, err)
+		}
+	}
+	// Changing credentials cleared the parent-death signal: set it again
+	// so that a crashed agent does not leave containers running.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return fmt.Errorf("set parent death signal: %w", err)
+	}
+	if os.Getppid() == 1 {
+		return errors.New("the node agent exited while the container was starting")
+	}
+	err = syscall.Exec(s.Path, s.Args, s.Env)
+	return fmt.Errorf("exec %s as uid %d: %w", s.Path, os.Getuid(), err)
+}
+
+// devNodes are the device nodes of a container's /dev (as runc creates them).
+var devNodes = []struct {
+	name         string
+	major, minor uint32
+}{
+	{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0},
+}
+
+// setupDev mounts a tmpfs over /dev in the container's mount namespace,
+// so that files made there (the termination-message file) never reach the
+// host's /dev.
+func setupDev() error {
+	if err := unix.Mount("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=65536k"); err != nil {
+		return fmt.Errorf("mount tmpfs on /dev: %w", err)
+	}
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+	for _, d := range devNodes {
+		if err := unix.Mknod("/dev/"+d.name, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
+			return fmt.Errorf("create /dev/%s: %w", d.name, err)
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, "/dev/"+name); err != nil {
+			return fmt.Errorf("create /dev/%s: %w", name, err)
+		}
+	}
+	if err := os.Mkdir("/dev/shm", 0o1777); err != nil {
+		return fmt.Errorf("create /dev/shm: %w", err)
+	}
+	if err := unix.Mount("shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=65536k"); err != nil {
+		return fmt.Errorf("mount /dev/shm: %w", err)
+	}
+	return nil
+}
+
+// bindTermLog bind-mounts the host file hostPath at path. Under /dev the
+// mount point is made in the tmpfs; elsewhere it must already exist (the
+// agent never creates files in the host's filesystem for a container).
+func bindTermLog(hostPath, path string) error {
+	path = filepath.Clean(path)
+	if strings.HasPrefix(path, "/dev/") {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("termination message path %s: %w", path, err)
+		}
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o666)
+		if err != nil {
+			return fmt.Errorf("termination message path %s: %w", path, err)
+		}
+		f.Close()
+	} else if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("termination message path %s must be under /dev/ or exist on this machine: %w", path, err)
+	}
+	if err := unix.Mount(hostPath, path, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind termination message file at %s: %w", path, err)
+	}
+	return nil
+}

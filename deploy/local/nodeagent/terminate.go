@@ -1,0 +1,168 @@
+package nodeagent
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// beginTermination starts killing the pod's containers when its deletion
+// is first seen, and shortens the wait when a later deletion (or a force
+// delete, pod gone from the API) asks for less time.
+func (w *podWorker) beginTermination(ctx context.Context) {
+	now := w.a.clock.Now()
+	grace := int64(0)
+	if w.pod != nil {
+		grace = podGracePeriod(w.pod)
+	}
+	if !w.termStart.IsZero() {
+		if w.pod == nil || grace < w.grace {
+			w.grace = grace
+			by := now.Add(time.Duration(max(grace, minimumGracePeriod)) * time.Second)
+			for _, c := range w.containers {
+				if c.killing {
+					select {
+					case c.hurry <- by:
+					default:
+					}
+				}
+			}
+		}
+		return
+	}
+	w.termStart, w.grace = now, grace
+	w.log.Info("terminating", "grace_s", grace)
+	for _, c := range w.containers {
+		c.noMore = true
+		if c.proc == nil {
+			if c.view.State.Waiting != nil {
+				// Never started, or waiting to restart: report the
+				// last run (or nothing) as terminated now.
+				c.view.State = v1.ContainerState{Terminated: lastOrNever(c)}
+			}
+			continue
+		}
+		c.killing = true
+		c.hurry = make(chan time.Time, 1)
+		go w.kill(ctx, c, c.proc, grace)
+	}
+}
+
+// lastOrNever is the terminated state of a container that is not running
+// when its pod terminates.
+func lastOrNever(c *container) *v1.ContainerStateTerminated {
+	if t := c.view.LastState.Terminated; t != nil {
+		return t
+	}
+	return &v1.ContainerStateTerminated{ExitCode: 137, Reason: "ContainerStatusUnknown", Message: "The container could not be located when the pod was terminated"}
+}
+
+// kill stops one container exactly as the kubelet does
+// (pkg/kubelet/kuberuntime/kuberuntime_container.go, killContainer): the
+// preStop hook runs for at most the grace period; the rest of the grace
+// period (whole seconds, at least 2 s) is the runtime's SIGTERM→SIGKILL
+// wait. A shorter deadline arriving on c.hurry cuts either wait.
+func (w *podWorker) kill(ctx context.Context, c *container, p *proc, grace int64) {
+	hook := c.spec.Lifecycle != nil && c.spec.Lifecycle.PreStop != nil
+	start := time.Now()
+	var by time.Time // shortened deadline, zero if none
+	if hook && grace > 0 {
+		done := make(chan struct{})
+		hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
+		go func() {
+			defer close(done)
+			if err := w.runHook(hctx, c, c.spec.Lifecycle.PreStop, time.Duration(grace)*time.Second); err != nil {
+				w.log.Warn("preStop hook failed", "container", c.spec.Name, "err", err)
+			}
+		}()
+		w.log.Info("preStop hook running", "container", c.spec.Name)
+		t := time.NewTimer(time.Duration(grace) * time.Second)
+	wait:
+		for {
+			select {
+			case <-done:
+				break wait
+			case <-t.C:
+				w.log.Info("preStop hook not completed in grace period", "container", c.spec.Name)
+				break wait
+			case by = <-c.hurry:
+				if !t.Stop() {
+					break wait
+				}
+				t.Reset(time.Until(by))
+			case <-p.done:
+				break wait
+			}
+		}
+		t.Stop()
+		cancel()
+	}
+	timeout := stopTimeout(grace, hook, time.Since(start))
+	if !by.IsZero() {
+		timeout = min(timeout, max(time.Until(by), 0))
+	}
+	w.log.Info("SIGTERM", "container", c.spec.Name, "sigkill_after", timeout)
+	p.signal(syscall.SIGTERM)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case by = <-c.hurry:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+			t.Reset(max(time.Until(by), 0))
+			continue
+		case <-t.C:
+		}
+		break
+	}
+	w.log.Info("SIGKILL", "container", c.spec.Name, "after_grace_s", grace)
+	p.signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// runHook runs a lifecycle handler (pkg/kubelet/lifecycle/handlers.go):
+// httpGet to the pod, sleep, or exec in the container.
+func (w *podWorker) runHook(ctx context.Context, c *container, h *v1.LifecycleHandler, timeout time.Duration) error {
+	switch {
+	case h.HTTPGet != nil:
+		return httpGet(ctx, h.HTTPGet, &c.spec, w.podIP, hookUserAgent, timeout)
+	case h.Sleep != nil:
+		select {
+		case <-time.After(time.Duration(h.Sleep.Seconds) * time.Second):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	case h.Exec != nil:
+		return w.execIn(ctx, c, h.Exec.Command, timeout)
+	case h.TCPSocket != nil:
+		return tcpConnect(ctx, h.TCPSocket, &c.spec, w.podIP, timeout)
+	}
+	return errNoAction
+}
+
+// finish completes a terminated pod: network removed, terminal status
+// written, then the object deleted (unless it is already gone).
+func (w *podWorker) finish(ctx context.Context) {
+	w.teardownNetwork()
+	w.terminal = true
+	w.status.stop()
+	if w.pod == nil {
+		w.log.Info("pod terminated (object already gone)")
+		return
+	}
+	w.status.set(buildStatus(w.view()))
+	if err := w.status.flush(ctx); err != nil {
+		w.log.Error("final pod status", "err", err)
+	}
+	w.deleteObject(ctx)
+}
