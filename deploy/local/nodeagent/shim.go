@@ -27,10 +27,10 @@ type shimSpec struct {
 	Env      []string `json:"env"`
 	Dir      string   `json:"dir,omitempty"`
 	// UID and GID are applied when SetUser is true (runAsUser given).
-	SetUser bool     `json:"setUser,omitempty"`
-	UID     int      `json:"uid,omitempty"`
-	GID     int      `json:"gid,omitempty"`
-	Groups  []int    `json:"groups,omitempty"`
+	SetUser bool  `json:"setUser,omitempty"`
+	UID     int   `json:"uid,omitempty"`
+	GID     int   `json:"gid,omitempty"`
+	Groups  []int `json:"groups,omitempty"`
 	// TermLog is the host file bind-mounted at TermPath.
 	TermLog      string `json:"termLog,omitempty"`
 	TermPath     string `json:"termPath,omitempty"`
