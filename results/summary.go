@@ -3,6 +3,7 @@ package results
 import (
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -129,7 +130,9 @@ func (s *Summary) Close() {
 			if d.InvalidReasons == nil {
 				d.InvalidReasons = map[string]int{}
 			}
-			d.InvalidReasons[r.InvalidReason()]++
+			for _, reason := range SplitReasons(r.InvalidReason()) {
+				d.InvalidReasons[reason]++
+			}
 			continue
 		}
 		d.Valid++
@@ -254,13 +257,30 @@ func (s *Summary) Metrics() []string {
 	return out
 }
 
+// SplitReasons splits an invalid_reason that lists several reasons ("a; b")
+// so each is counted on its own.
+func SplitReasons(reason string) []string {
+	var out []string
+	for _, r := range strings.Split(reason, "; ") {
+		if r = strings.TrimSpace(r); r != "" {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return []string{"unspecified"}
+	}
+	return out
+}
+
 // SummaryDoc is a closed summary's data: the summary record of a results
 // file and the json report. Durations are integer nanoseconds.
 type SummaryDoc struct {
 	Kind Kind `json:"kind"` // KindSummary
 	// Trials counts every trial; Valid those in the percentiles.
-	Trials         int            `json:"trials"`
-	Valid          int            `json:"valid"`
+	Trials int `json:"trials"`
+	Valid  int `json:"valid"`
+	// InvalidReasons counts invalid trials per reason; a trial with several
+	// reasons counts under each.
 	InvalidReasons map[string]int `json:"invalid_reasons,omitempty"`
 	// Interrupted is set when the run ended before writing its summary.
 	Interrupted bool `json:"interrupted,omitempty"`

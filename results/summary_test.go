@@ -2,6 +2,7 @@ package results
 
 import (
 	"bytes"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -142,5 +143,19 @@ func TestRecommendation(t *testing.T) {
 				t.Errorf("report lacks the preStop formula's result %ds:\n%s", tt.prestop, buf.String())
 			}
 		})
+	}
+}
+
+func TestInvalidReasonsSplit(t *testing.T) {
+	s := NewSummary(nil, Options{})
+	for i, reason := range []string{"no clock-skew estimate; the probe never received SIGTERM", "no clock-skew estimate", ""} {
+		r := trial(i+1, 0, time.Second)
+		r.Valid, r.Invalid = false, reason
+		s.Add(r)
+	}
+	s.Close()
+	want := map[string]int{"no clock-skew estimate": 2, "the probe never received SIGTERM": 1, "unspecified": 1}
+	if got := s.Doc().InvalidReasons; !reflect.DeepEqual(got, want) {
+		t.Errorf("InvalidReasons = %v, want %v", got, want)
 	}
 }
