@@ -44,7 +44,7 @@ const (
 	// DefaultGraceMargin is added to hold + preStop sleep when
 	// Params.GracePeriod is 0: time for the probe to write its timeline and
 	// exit after the hold before the kubelet's SIGKILL.
-	DefaultGraceMargin = 15 * time.Second
+	DefaultGraceMargin = 10 * time.Second
 )
 
 // Params are one run's values for the probe workload. Render sets them on

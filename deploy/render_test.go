@@ -87,8 +87,8 @@ func TestRenderSetsRunValues(t *testing.T) {
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
 		t.Errorf("replicas = %v, want 3", d.Spec.Replicas)
 	}
-	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 75 {
-		t.Errorf("terminationGracePeriodSeconds = %v, want 75 (hold 60s + margin 15s)", g)
+	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 70 {
+		t.Errorf("terminationGracePeriodSeconds = %v, want 70 (hold 60s + margin 10s)", g)
 	}
 
 	c := container(d)
@@ -156,9 +156,9 @@ func TestRenderOptions(t *testing.T) {
 			if got := c.Lifecycle.PreStop.HTTPGet.Path; got != "/prestop?sleep=7.5s" {
 				t.Errorf("preStop path = %q, want /prestop?sleep=7.5s", got)
 			}
-			// 60s hold + 7.5s sleep + 15s margin = 82.5s, rounded up.
-			if g := *wl.Deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; g != 83 {
-				t.Errorf("grace = %d, want 83", g)
+			// 60s hold + 7.5s sleep + 10s margin = 77.5s, rounded up.
+			if g := *wl.Deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; g != 78 {
+				t.Errorf("grace = %d, want 78", g)
 			}
 		}},
 		{"broken canary", func(p *Params) {
@@ -169,8 +169,8 @@ func TestRenderOptions(t *testing.T) {
 				t.Errorf("command = %q, want %q", got, want)
 			}
 			// Exits on SIGTERM: no hold to cover, margin only.
-			if g := *wl.Deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; g != 15 {
-				t.Errorf("grace = %d, want 15", g)
+			if g := *wl.Deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; g != 10 {
+				t.Errorf("grace = %d, want 10", g)
 			}
 		}},
 		{"explicit grace and port", func(p *Params) { p.GracePeriod, p.Port = 90*time.Second, 9090 }, func(t *testing.T, wl *Workload) {
@@ -355,7 +355,7 @@ func TestWriteYAMLRoundTrip(t *testing.T) {
 
 // TestKustomizeRBAC: the RBAC variants build from the embedded files.
 func TestKustomizeRBAC(t *testing.T) {
-	for _, dir := range []string{"rbac/cluster", "rbac/namespaced", "rbac/observer-nginx"} {
+	for _, dir := range []string{"rbac/cluster", "rbac/namespaced", "rbac/observer"} {
 		out, err := Kustomize(dir)
 		if err != nil {
 			t.Errorf("Kustomize(%q): %v", dir, err)

@@ -21,13 +21,16 @@ const (
 	flagRBAC      = "rbac"
 )
 
-// Defaults of the workload flags (measure and manifests).
+// Defaults of the workload flags: measure's (a test holds them equal).
 const (
 	defaultReplicas    = 3
 	defaultHold        = 60 * time.Second
 	defaultGraceMargin = deploy.DefaultGraceMargin
+	defaultHost        = "epwindow.local"
 	defaultNamespace   = "epwindow"
-	defaultName        = "epwindow-probe"
+	// defaultName is the name measure gives the Deployment, Service and
+	// Ingress.
+	defaultName = "probe"
 )
 
 // rbacVariants are the directories under deploy/rbac/ that --rbac prints.
@@ -39,7 +42,7 @@ func workloadFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: measure.FlagReplicas, Value: defaultReplicas, Usage: "probe pods behind the Service"},
 		&cli.StringFlag{Name: measure.FlagIngressClass, Usage: "the Ingress's class; also picks the overlay of that name (default: the cluster's default class)"},
-		&cli.StringFlag{Name: measure.FlagHost, Usage: "the Ingress rule's host (default: any host)"},
+		&cli.StringFlag{Name: measure.FlagHost, Value: defaultHost, Usage: "the Ingress rule's host (\"\": any host)"},
 		&cli.StringFlag{Name: measure.FlagImage, Value: deploy.DefaultImage, Usage: "probe image, with epwindow on PATH (make image builds one)"},
 		&cli.DurationFlag{Name: measure.FlagHold, Value: defaultHold, Usage: "how long a deleted probe keeps serving unless released"},
 		&cli.DurationFlag{Name: measure.FlagGraceMargin, Value: defaultGraceMargin, Usage: "terminationGracePeriodSeconds = preStop sleep + hold + this"},

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestManifestsEqualsRender(t *testing.T) {
 		want deploy.Params
 	}{
 		{"defaults", nil, deploy.Params{
-			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas,
+			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas, Host: defaultHost,
 			Image: deploy.DefaultImage, Hold: defaultHold, GraceMargin: defaultGraceMargin, PreStop: true,
 		}},
 		{"every flag", []string{
@@ -61,7 +62,7 @@ func TestManifestsEqualsRender(t *testing.T) {
 			Labels: map[string]string{"team": "platform", "cost-center": "42"},
 		}},
 		{"broken canary on alb", []string{"--ingress-class", "alb", "--prestop=false", "--exit-on-sigterm"}, deploy.Params{
-			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas, IngressClass: "alb",
+			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas, IngressClass: "alb", Host: defaultHost,
 			Image: deploy.DefaultImage, Hold: defaultHold, GraceMargin: defaultGraceMargin, ExitOnSigterm: true,
 		}},
 	}
@@ -122,5 +123,38 @@ func TestManifestsBadInput(t *testing.T) {
 				t.Errorf("printed %q on bad input", out)
 			}
 		})
+	}
+}
+
+// TestWorkloadFlagsMatchMeasure: every workload flag manifests takes has the
+// same name, type and default in measure, so that manifests prints what
+// measure applies when given the same flags.
+func TestWorkloadFlagsMatchMeasure(t *testing.T) {
+	measureFlags := map[string]cli.Flag{}
+	for _, f := range measureCommand().Flags {
+		for _, n := range f.Names() {
+			measureFlags[n] = f
+		}
+	}
+	manifestsOnly := map[string]bool{flagOverlay: true, flagLabel: true}
+	for _, f := range workloadFlags() {
+		n := f.Names()[0]
+		mf, ok := measureFlags[n]
+		if !ok {
+			if !manifestsOnly[n] {
+				t.Errorf("measure has no --%s", n)
+			}
+			continue
+		}
+		if reflect.TypeOf(mf) != reflect.TypeOf(f) {
+			t.Errorf("--%s is %T in measure, %T in manifests", n, mf, f)
+			continue
+		}
+		// Every basic urfave/cli flag keeps its default in the Value field.
+		got := reflect.ValueOf(f).Elem().FieldByName("Value").Interface()
+		want := reflect.ValueOf(mf).Elem().FieldByName("Value").Interface()
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("--%s defaults to %v in manifests, %v in measure", n, got, want)
+		}
 	}
 }
