@@ -53,6 +53,8 @@ type runner struct {
 	runID    string
 	wl       *deploy.Workload
 	watch    *watcher
+	obs      upstream.Observer
+	choice   upstream.Choice
 	tracker  *upstream.Tracker
 	gen      *load.Generator
 	probes   probeClient
@@ -94,6 +96,18 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		return fmt.Errorf("render the probe workload: %w", err)
 	}
 	r.wl = wl
+
+	// The observer is built before anything is created, so a wrong
+	// --observer or an unreachable controller fails with nothing to undo.
+	target := upstream.Target{Namespace: r.ns, Service: wl.Service.Name, Port: wl.Service.Spec.Ports[0].Port,
+		Ingress: wl.Ingress.Name, Host: cfg.Host}
+	r.obs, r.choice, err = upstream.New(ctx, cfg.Observer, upstream.Deps{Client: cfg.Client, Config: cfg.RESTConfig, Clock: cfg.Clock},
+		target, cfg.ObserverOptions)
+	if err != nil {
+		return fmt.Errorf("--%s %s: %w", FlagObserver, cfg.Observer, err)
+	}
+	defer r.obs.Close()
+	r.report(Progress{Phase: "setup", Message: "observer " + r.choice.String()})
 
 	r.report(Progress{Phase: "setup", Message: "creating namespace " + r.ns})
 	if err := r.create(ctx); err != nil {
@@ -214,15 +228,7 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		return err
 	}
 
-	target := upstream.Target{Namespace: r.ns, Service: r.wl.Service.Name, Port: r.wl.Service.Spec.Ports[0].Port,
-		Ingress: r.wl.Ingress.Name, Host: cfg.Host}
-	obs, choice, err := upstream.New(ctx, cfg.Observer, upstream.Deps{Client: cfg.Client, Config: cfg.RESTConfig, Clock: cfg.Clock},
-		target, cfg.ObserverOptions)
-	if err != nil {
-		return fmt.Errorf("--%s %s: %w", FlagObserver, cfg.Observer, err)
-	}
-	defer obs.Close()
-	r.report(Progress{Phase: "setup", Message: "observer " + choice.String()})
+	obs, choice := r.obs, r.choice
 	r.tracker = upstream.NewTracker(obs, cfg.Clock, 0)
 	g.Go(func() error { return r.tracker.Run(ctx) })
 

@@ -179,19 +179,8 @@ func runMeasure(c *cli.Context) error {
 		return cli.Exit("epwindow measure: "+err.Error(), exitCluster)
 	}
 	cfg.Client, cfg.RESTConfig, cfg.ClusterName = client, restCfg, ctxName
-	if _, err := client.Discovery().ServerVersion(); err != nil {
-		return cli.Exit(fmt.Sprintf("epwindow measure: cannot reach the API server %s (check --kubeconfig / --context): %v", restCfg.Host, err), exitCluster)
-	}
-	missing, err := deploy.MissingPermissions(c.Context, client.AuthorizationV1(), "")
-	if err != nil {
-		return cli.Exit("epwindow measure: check permissions: "+err.Error(), exitCluster)
-	}
-	if len(missing) > 0 {
-		var b strings.Builder
-		for _, p := range missing {
-			fmt.Fprintf(&b, "\n  %s", p)
-		}
-		return cli.Exit(fmt.Sprintf("epwindow measure: missing permissions, nothing was created:%s\ngrant them with deploy/rbac/ (kubectl apply -k deploy/rbac/cluster)", b.String()), exitForbidden)
+	if code, err := preflight(c.Context, cfg); err != nil {
+		return cli.Exit("epwindow measure: "+err.Error(), code)
 	}
 
 	outPath := c.String(measure.FlagOut)

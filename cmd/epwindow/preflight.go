@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/measure"
+)
+
+// preflight checks, before anything is created, everything that would make
+// a run fail half-way: the API server answers, the caller holds every
+// permission measure needs, the IngressClass exists, and --url answers. It
+// returns the exit code that fits the first failure.
+func preflight(ctx context.Context, cfg measure.Config) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := cfg.Client.Discovery().ServerVersion(); err != nil {
+		return exitCluster, fmt.Errorf("cannot reach the API server %s (check --%s / --%s): %w", cfg.RESTConfig.Host, flagKubeconfig, flagContext, err)
+	}
+	missing, err := deploy.MissingPermissions(ctx, cfg.Client.AuthorizationV1(), "")
+	if err != nil {
+		return exitCluster, fmt.Errorf("check permissions: %w", err)
+	}
+	if len(missing) > 0 {
+		return exitForbidden, &deploy.MissingError{Missing: missing, Manifest: "deploy/rbac/cluster"}
+	}
+	if class := cfg.IngressClass; class != "" {
+		_, err := cfg.Client.NetworkingV1().IngressClasses().Get(ctx, class, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			have := "none"
+			if list, lerr := cfg.Client.NetworkingV1().IngressClasses().List(ctx, metav1.ListOptions{}); lerr == nil && len(list.Items) > 0 {
+				var names []string
+				for _, ic := range list.Items {
+					names = append(names, ic.Name)
+				}
+				have = strings.Join(names, ", ")
+			}
+			return exitUsage, fmt.Errorf("--%s %q: no such IngressClass (the cluster has: %s)", measure.FlagIngressClass, class, have)
+		}
+		if err != nil {
+			return exitCluster, fmt.Errorf("read IngressClass %q: %w", class, err)
+		}
+	}
+	if err := urlAnswers(ctx, cfg); err != nil {
+		return exitUsage, err
+	}
+	return exitOK, nil
+}
+
+// urlAnswers sends one request to --url: any HTTP answer (404 from an
+// ingress that has no rule for the host yet is the usual one) proves the
+// load will reach the ingress; a refused or timed-out connection does not.
+func urlAnswers(ctx context.Context, cfg measure.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL.String(), nil)
+	if err != nil {
+		return fmt.Errorf("--%s %s: %w", measure.FlagURL, cfg.URL, err)
+	}
+	req.Host = cfg.Host
+	client := &http.Client{Transport: &http.Transport{Proxy: nil}, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}
+	resp, err := client.Do(req)
+	if err != nil {
+		var hint string
+		if errors.Is(err, context.DeadlineExceeded) {
+			hint = " (no answer in 5s)"
+		}
+		return fmt.Errorf("--%s %s does not answer%s: %w; it must be the ingress as reachable from this machine", measure.FlagURL, cfg.URL, hint, err)
+	}
+	resp.Body.Close()
+	return nil
+}
