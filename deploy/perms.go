@@ -73,10 +73,16 @@ func RequiredPermissions(createNamespace bool) []Perm {
 	if createNamespace {
 		out = append(out, perms(ScopeCluster, "", "namespaces", "", "the run's own namespace: created, deleted at exit, read while it goes", "create", "get", "delete")...)
 	}
+	// In its own namespace, deleting the namespace removes the Service and
+	// the Ingress; in an existing one measure deletes them itself.
+	cleanup := []string{}
+	if !createNamespace {
+		cleanup = append(cleanup, "delete")
+	}
 	for _, g := range [][]Perm{
-		perms(ScopeRun, "apps", "deployments", "", "the probe Deployment: created, status read, restarted (--mode rollout), deleted", "create", "get", "patch", "delete"),
-		perms(ScopeRun, "", "services", "", "the probe Service", "create", "get", "delete"),
-		perms(ScopeRun, "networking.k8s.io", "ingresses", "", "the probe Ingress", "create", "get", "delete"),
+		perms(ScopeRun, "apps", "deployments", "", "the probe Deployment: created, read, restarted (--mode rollout), deleted first at exit", "create", "get", "patch", "delete"),
+		perms(ScopeRun, "", "services", "", "the probe Service", append([]string{"create"}, cleanup...)...),
+		perms(ScopeRun, "networking.k8s.io", "ingresses", "", "the probe Ingress: created, read by --observer auto", append([]string{"create", "get"}, cleanup...)...),
 		perms(ScopeRun, "", "pods", "", "the probe pods: watched, one deleted per trial", "get", "list", "watch", "delete"),
 		perms(ScopeRun, "", "pods", "proxy", "the probe's /timeline, /clock (GET) and /release (POST) through the pod proxy", "get", "create"),
 		perms(ScopeRun, "discovery.k8s.io", "endpointslices", "", "the Service's EndpointSlices, watched", "list", "watch"),
