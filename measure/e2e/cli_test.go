@@ -1,0 +1,194 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/results"
+)
+
+// epwindowBin is bin/epwindow as make build leaves it.
+func epwindowBin(t *testing.T) string {
+	t.Helper()
+	bin, err := filepath.Abs("../../bin/epwindow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s missing: run make build", bin)
+	}
+	return bin
+}
+
+func adminClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// epwindowNamespaces lists the namespaces epwindow created and that still
+// exist (terminating ones included).
+func epwindowNamespaces(t *testing.T) []string {
+	t.Helper()
+	list, err := adminClient(t).CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{
+		LabelSelector: deploy.LabelManagedBy + "=" + deploy.ManagedByValue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ns := range list.Items {
+		out = append(out, ns.Name)
+	}
+	return out
+}
+
+// measureArgs are the flags that make a quick, valid run on the local cluster.
+func measureArgs(kubeconfig string, extra ...string) []string {
+	return append([]string{"measure", "--kubeconfig", kubeconfig, "--url", cluster.IngressURL, "--ingress-class", "skipper",
+		"--observer", "skipper", "--observer-url", cluster.RoutesURL, "--observer-interval", "200ms",
+		"--quiet-period", "2s", "--rate", "100"}, extra...)
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// Bad input stops measure with a message naming the fix, a documented exit
+// code (README "Exit codes"), and nothing created.
+func TestCLIBadInput(t *testing.T) {
+	bin := epwindowBin(t)
+	dir := t.TempDir()
+	garbled := filepath.Join(dir, "garbled")
+	if err := os.WriteFile(garbled, []byte("apiVersion: v1\nclusters: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The admin kubeconfig pointed at a port nothing listens on.
+	cfg, err := clientcmd.LoadFromFile(cluster.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = "https://127.0.0.1:1"
+	}
+	unreachable := filepath.Join(dir, "unreachable")
+	if err := clientcmd.WriteToFile(*cfg, unreachable); err != nil {
+		t.Fatal(err)
+	}
+	before := epwindowNamespaces(t)
+	admin := cluster.Kubeconfig
+	tests := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"zero trials", measureArgs(admin, "--trials", "0"), 2, "--trials (0) must be at least 1"},
+		{"hold shorter than quiet period", measureArgs(admin, "--hold", "1s"), 2, "--hold (1s) must exceed --quiet-period (2s)"},
+		{"negative duration", measureArgs(admin, "--drain", "-5s"), 2, "--drain (-5s) must not be negative"},
+		{"one replica", measureArgs(admin, "--replicas", "1"), 2, "--replicas (1) must be at least 2"},
+		{"missing kubeconfig", measureArgs(filepath.Join(dir, "nope")), 4, "--kubeconfig"},
+		{"garbled kubeconfig", measureArgs(garbled), 4, "read kubeconfig"},
+		{"unknown context", measureArgs(admin, "--context", "prod-eu"), 4, `--context "prod-eu" is not in the kubeconfig`},
+		{"unreachable server", measureArgs(unreachable), 4, "cannot reach the API server https://127.0.0.1:1"},
+		{"forbidden", measureArgs(cluster.RestrictedKubeconfig), 5, "create namespaces"},
+		{"unknown ingress class", measureArgs(admin, "--ingress-class", "nginx-typo"), 2, `--ingress-class "nginx-typo": no such IngressClass`},
+		{"url not answering", append(measureArgs(admin), "--url", "http://127.0.0.1:1"), 2, "--url http://127.0.0.1:1 does not answer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin, append(tt.args, "--out", filepath.Join(t.TempDir(), "r.jsonl"))...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			if got := exitCode(err); got != tt.code {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", got, tt.code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tt.msg) {
+				t.Errorf("stderr does not name the fix %q:\n%s", tt.msg, stderr.String())
+			}
+		})
+	}
+	if after := epwindowNamespaces(t); len(after) != len(before) {
+		t.Errorf("bad input created namespaces: before %v, after %v", before, after)
+	}
+}
+
+// Ctrl-C in the middle of a trial: measure cleans up (the namespace is gone)
+// and exits 130, and the results file holds every finished trial.
+func TestCLIInterruptMidTrial(t *testing.T) {
+	bin := epwindowBin(t)
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+	cmd := exec.Command(bin, measureArgs(cluster.Kubeconfig, "--trials", "5", "--out", out)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Progress lines (not a terminal) look like "[####....] 1/5 trial: slice_not_ready".
+	interrupted := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			log.WriteString(line + "\n")
+			if !sent && strings.Contains(line, "1/5 trial: ") {
+				_ = cmd.Process.Signal(syscall.SIGINT)
+				sent = true
+				close(interrupted)
+			}
+		}
+	}()
+	select {
+	case <-interrupted:
+	case <-time.After(5 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("trial 2 never started:\n%s", log.String())
+	}
+	err = cmd.Wait()
+	if got := exitCode(err); got != 130 {
+		t.Errorf("exit code %d after SIGINT, want 130; log:\n%s", got, log.String())
+	}
+	if ns := epwindowNamespaces(t); len(ns) != 0 {
+		t.Errorf("namespaces left after Ctrl-C: %v", ns)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	file, err := results.Decode(f)
+	if err != nil {
+		t.Fatalf("results file after Ctrl-C does not decode: %v", err)
+	}
+	if len(file.Trials) != 1 {
+		t.Errorf("results file holds %d trials, want the 1 finished before Ctrl-C", len(file.Trials))
+	}
+}
