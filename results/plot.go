@@ -13,21 +13,23 @@ import (
 // line stays within 80 columns.
 const PlotWidth = 64
 
-// plotSeries are the per-trial series charted, one character each: the
-// control plane (slice), the ingress (upstream) and the traffic end.
+// plotSeries are the per-trial series charted, one character each, later
+// ones drawn over earlier ones: the node path (SIGTERM), the control plane
+// (slice), the ingress (upstream) and the traffic end. A preStop sleep that
+// covers the window shows as t above w.
 var plotSeries = []struct {
 	metric string
 	char   string
 }{
+	{StageSigterm, "t"},
 	{StageSliceNotReady, "s"},
 	{StageUpstreamRemoved, "u"},
 	{PointWindow, "w"},
-	{StagePrestopCalled, "p"},
 }
 
 // NewPlotReporter renders terminal charts: the empirical CDF of the window
 // over valid trials, and per trial (x) the offset from T0 (y, seconds) of
-// the slice, upstream, window and preStop stages.
+// SIGTERM, slice_not_ready, upstream_removed and the window's end.
 func NewPlotReporter(s *Summary) Reporter {
 	return func(w io.Writer) error {
 		e := &errWriter{w: w}
