@@ -303,6 +303,7 @@ type Breach struct {
 	Detail string `json:"detail"`
 }
 
+// String renders a breach as "rule: metric: detail".
 func (b Breach) String() string { return fmt.Sprintf("%s: %s: %s", b.Rule, b.Metric, b.Detail) }
 
 // KnownMetrics are the names a threshold may name: every point and delta.
