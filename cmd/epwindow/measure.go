@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -224,7 +223,8 @@ func runMeasure(c *cli.Context) error {
 	switch {
 	case runErr == nil:
 		return nil
-	case errors.Is(runErr, context.Canceled) && c.Context.Err() != nil:
+	case c.Context.Err() != nil:
+		// SIGINT/SIGTERM (signal.NotifyContext in main) cancelled the run.
 		return cli.Exit(fmt.Sprintf("epwindow measure: interrupted; cleaned up; %d finished trials in %s", len(sink.trials), outPath), exitInterrupted)
 	case apierrors.IsForbidden(runErr):
 		return cli.Exit("epwindow measure: "+runErr.Error(), exitForbidden)
