@@ -44,6 +44,7 @@ type podWorker struct {
 	mu     sync.Mutex
 	latest *v1.Pod // newest object from the informer; nil once deleted
 	gone   bool
+	ns     string // network namespace path, for the kubelet API
 	notify chan struct{}
 	events chan func()
 
@@ -71,6 +72,13 @@ func newPodWorker(a *agent, pod *v1.Pod) *podWorker {
 		events: make(chan func(), 64),
 		conds:  map[v1.PodConditionType]condState{},
 	}
+}
+
+// netnsPath is the pod's network namespace, "" when it has none.
+func (w *podWorker) netnsPath() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ns
 }
 
 // update hands the worker a newer pod object, or nil when it was deleted.
@@ -188,6 +196,9 @@ func (w *podWorker) setupNetwork(ctx context.Context) {
 		return
 	}
 	w.netErr, w.nsPath, w.podIP = nil, ns, ip.String()
+	w.mu.Lock()
+	w.ns = ns
+	w.mu.Unlock()
 	w.log.Info("pod network ready", "ip", w.podIP, "netns", ns)
 }
 
@@ -512,6 +523,9 @@ func (w *podWorker) teardownNetwork() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	w.mu.Lock()
+	w.ns = ""
+	w.mu.Unlock()
 	if err := w.a.net.del(ctx, w.nodeName(), string(w.uid)); err != nil {
 		w.log.Error("remove pod network", "err", err)
 	}

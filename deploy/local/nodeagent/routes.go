@@ -8,6 +8,8 @@ import (
 // routes registers the kubelet API endpoints the agent serves.
 func (a *agent) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", a.containerLogs)
+	mux.HandleFunc("/portForward/{ns}/{pod}", a.portForward)
+	mux.HandleFunc("/portForward/{ns}/{pod}/{uid}", a.portForward)
 }
 
 // containerLogs serves a container's log file (kubectl logs).
