@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"gonum.org/v1/gonum/stat"
 )
 
 // The empirical quantile of n sorted values is the ⌈p·n⌉-th (1-based):
@@ -155,4 +157,37 @@ func TestBootstrapDiffRates(t *testing.T) {
 			experiments, detected, holds, falseAlarms)
 	}
 	t.Logf("of %d: shift detected %d, inside the interval %d, false alarms %d", experiments, detected, holds, falseAlarms)
+}
+
+// The resampler's counting quantiles are exactly gonum's empirical
+// quantiles of the same resample, sorted.
+func TestResamplerMatchesGonum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 42))
+	ps := []float64{0, 0.1, 0.5, 0.9, 0.95, 0.99, 1}
+	for _, n := range []int{1, 2, 7, 20, 99, 100, 101, 333} {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = float64(rng.IntN(50)) // ties on purpose
+		}
+		rs := newResampler(x)
+		got := make([]float64, len(ps))
+		for range 50 {
+			rs.draw(rng)
+			rs.quantiles(ps, got)
+			var res []float64
+			for j, c := range rs.counts {
+				for range c {
+					res = append(res, rs.sorted[j])
+				}
+			}
+			if len(res) != n {
+				t.Fatalf("n=%d: resample of %d", n, len(res))
+			}
+			for k, p := range ps {
+				if want := stat.Quantile(p, stat.Empirical, res, nil); got[k] != want {
+					t.Fatalf("n=%d p=%v: %v, gonum %v", n, p, got[k], want)
+				}
+			}
+		}
+	}
 }
