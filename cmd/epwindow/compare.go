@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -81,9 +82,12 @@ func runCompare(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("epwindow compare: "+err.Error(), exitUsage)
 	}
+	if c.Args().Get(0) == "-" && c.Args().Get(1) == "-" {
+		return cli.Exit("epwindow compare: only one of BASELINE and NEW can be - (standard input)", exitUsage)
+	}
 	var runs [2]*results.Summary
 	for i, path := range []string{c.Args().Get(0), c.Args().Get(1)} {
-		file, err := readResults(path, nil)
+		file, err := readResults(path, os.Stdin)
 		if err != nil {
 			return cli.Exit("epwindow compare: "+err.Error(), exitUsage)
 		}

@@ -136,6 +136,8 @@ func TestExitCodes(t *testing.T) {
 		{"compare an unknown stage", []string{"compare", "--max-p99", "windw=3s", base, run}, nil, exitUsage, "unknown metric"},
 		{"compare a bad regression", []string{"compare", "--max-regression", "lots", base, run}, nil, exitUsage, "--max-regression"},
 		{"compare one file", []string{"compare", run}, nil, exitUsage, "BASELINE and NEW"},
+		{"compare with the new run on stdin", []string{"compare", "--max-p99", "window=1s", base, "-"}, runBytes, exitThreshold, "max-p99: window"},
+		{"compare stdin with stdin", []string{"compare", "-", "-"}, runBytes, exitUsage, "only one"},
 		{"compare without valid trials", []string{"compare", noValid, run}, nil, exitUsage, "no valid trial"},
 	}
 	for _, tt := range tests {
