@@ -402,3 +402,26 @@ func TestBaseDefaults(t *testing.T) {
 	}
 	t.Fatal("base has no Deployment")
 }
+
+// TestKustomizeOnDisk: `kustomize build deploy/overlays/<name>` (what a
+// GitOps user applies) puts every object in the namespace it creates.
+func TestKustomizeOnDisk(t *testing.T) {
+	for _, o := range Overlays() {
+		m, err := kustomize("overlays/" + o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range m.Resources() {
+			switch r.GetKind() {
+			case "Namespace":
+				if r.GetName() != "epwindow" {
+					t.Errorf("%s: Namespace %q, want epwindow", o, r.GetName())
+				}
+			default:
+				if r.GetNamespace() != "epwindow" {
+					t.Errorf("%s: %s %q in namespace %q, want epwindow", o, r.GetKind(), r.GetName(), r.GetNamespace())
+				}
+			}
+		}
+	}
+}
