@@ -87,6 +87,10 @@ func Build(opts Options) (v1.Image, error) {
 	cfg.Config.Entrypoint = []string{path.Base(BinaryPath)}
 	cfg.Config.Env = []string{"PATH=" + Path}
 	cfg.Config.Labels = opts.Labels
+	for i := range cfg.History {
+		cfg.History[i].Created = v1.Time{Time: created}
+		cfg.History[i].CreatedBy = "imagebuild: " + BinaryPath
+	}
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)

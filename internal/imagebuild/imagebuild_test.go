@@ -88,6 +88,11 @@ func TestArchive(t *testing.T) {
 	if cfg.OS != "linux" || cfg.Architecture != runtime.GOARCH {
 		t.Errorf("platform = %s/%s, want linux/%s (the binary's)", cfg.OS, cfg.Architecture, runtime.GOARCH)
 	}
+	for _, h := range cfg.History {
+		if !h.Created.Time.Equal(cfg.Created.Time) {
+			t.Errorf("history entry created %s, want the image's %s", h.Created, cfg.Created)
+		}
+	}
 	if cfg.Config.Labels["org.opencontainers.image.title"] != "epwindow" {
 		t.Errorf("labels = %v", cfg.Config.Labels)
 	}
