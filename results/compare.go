@@ -268,6 +268,20 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 					"p"+trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), signedDur(qc.DiffNS), rel, mark, ci, verdict)
 			}
 		}
+		for _, v := range []Verdict{Worse, Better} {
+			var names []string
+			for _, m := range c.Metrics {
+				if m.Verdict == v {
+					names = append(names, m.Metric)
+				}
+			}
+			if len(names) == 0 {
+				names = []string{"none"}
+			}
+			e.printf("\n%s: %s", v, strings.Join(names, ", "))
+		}
+		e.printf("\n")
+		e.printf("\nn0, n1: valid trials of the baseline and the new run.")
 		e.printf("\n* a change whose %s%% interval excludes 0 and that reaches max(%s, %s%% of the baseline):\n  only such changes make a verdict.\n~ not judged: fewer than %d trials of a run lie above this quantile (n·(1−q) < %d).\n",
 			trimFloat(CompareLevel*100), c.Options.MinChange, trimFloat(c.Options.MinChangeRel*100), MinTailTrials, MinTailTrials)
 		return e.err

@@ -84,8 +84,11 @@ type Record struct {
 	PodIP   string `json:"pod_ip"`
 	Valid   bool   `json:"valid"`
 	Invalid string `json:"invalid_reason,omitempty"`
-	// T0 is delete_sent on the tool's clock.
+	// T0 is delete_sent on the tool's clock; in rollout mode, where the
+	// Deployment controller deletes the pods, pod_terminating_seen.
 	T0 time.Time `json:"t0"`
+	// T0Source names the stage T0 is ("delete_sent" or "pod_terminating_seen").
+	T0Source string `json:"t0_source,omitempty"`
 	// SkewNS is the probe clock's offset from the tool's (probe − tool) that
 	// was subtracted from pod-clock stages, and SkewUncertaintyNS its bound.
 	SkewNS            int64 `json:"skew_ns"`

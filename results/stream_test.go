@@ -141,6 +141,17 @@ func TestDecodeInterrupted(t *testing.T) {
 			t.Error("the whole trials before the cut line changed")
 		}
 	})
+	t.Run("summary marked interrupted", func(t *testing.T) {
+		s := synthSummary(spec)
+		s.MarkInterrupted()
+		f, err := Decode(bytes.NewReader(writeRun(t, synthHeader(spec), trials, s.Doc())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !f.Interrupted() || f.Summary == nil || len(f.Trials) != 4 {
+			t.Errorf("interrupted %v summary %v trials %d, want true, present, 4", f.Interrupted(), f.Summary != nil, len(f.Trials))
+		}
+	})
 	t.Run("malformed line in the middle", func(t *testing.T) {
 		lines := bytes.SplitAfter(full, []byte("\n"))
 		bad := append(append(append([]byte{}, lines[0]...), lines[1][:20]...), '\n')

@@ -103,6 +103,11 @@ func runCompare(c *cli.Context) error {
 	render := results.NewCompareTextReporter(cmp)
 	if format == "json" {
 		render = results.NewCompareJSONReporter(cmp)
+	} else {
+		for i, label := range []string{"baseline", "new"} {
+			fmt.Fprintf(c.App.Writer, "%-8s %s: %s\n", label, c.Args().Get(i), compareRunLine(runs[i]))
+		}
+		fmt.Fprintln(c.App.Writer)
 	}
 	if err := render(c.App.Writer); err != nil {
 		return cli.Exit("epwindow compare: "+err.Error(), exitFailure)
@@ -121,4 +126,25 @@ func runCompare(c *cli.Context) error {
 		fmt.Fprintf(&b, "\n  %s", br)
 	}
 	return cli.Exit(b.String(), exitThreshold)
+}
+
+// compareRunLine describes a run in a line: its trials and where it was measured.
+func compareRunLine(s *results.Summary) string {
+	d := s.Doc()
+	line := fmt.Sprintf("%d valid of %d trials", d.Valid, d.Trials)
+	if h := s.Header; h != nil {
+		if h.Ingress.Controller != "" {
+			line += ", " + strings.TrimSpace(h.Ingress.Controller+" "+h.Ingress.Version)
+		}
+		if h.ServerVersion != "" {
+			line += ", Kubernetes " + h.ServerVersion
+		}
+		if !h.StartedAt.IsZero() {
+			line += ", " + h.StartedAt.UTC().Format("2006-01-02 15:04Z")
+		}
+	}
+	if d.Interrupted {
+		line += " (interrupted)"
+	}
+	return line
 }
