@@ -245,7 +245,8 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 		e.printf("%s %3s %3s %4s %8s %8s %8s %6s  %-21s  %s\n", pad("metric"), "n0", "n1", "q", "baseline", "new", "Δ", "Δ%", trimFloat(CompareLevel*100)+"% CI of Δ", "verdict")
 		for _, m := range c.Metrics {
 			if len(m.Changes) == 0 {
-				e.printf("%s %3d %3d %4s %8s %8s %8s %6s  %-21s  %s\n", pad(m.Metric), m.NBase, m.NNew, "", "-", "-", "-", "", "", m.Verdict)
+				line := fmt.Sprintf("%s %3d %3d %4s %8s %8s %8s %6s  %-21s  %s", pad(m.Metric), m.NBase, m.NNew, "", "-", "-", "-", "", "", m.Verdict)
+				e.printf("%s\n", strings.TrimRight(line, " "))
 				continue
 			}
 			for i, qc := range m.Changes {
@@ -264,8 +265,9 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 					rel = fmt.Sprintf("%+.0f%%", qc.Rel*100)
 				}
 				ci := fmt.Sprintf("[%s, %s]", signedDur(qc.CILoNS), signedDur(qc.CIHiNS))
-				e.printf("%s %3d %3d %4s %8s %8s %8s %6s %s%-21s  %s\n", name, m.NBase, m.NNew,
+				line := fmt.Sprintf("%s %3d %3d %4s %8s %8s %8s %6s %s%-21s  %s", name, m.NBase, m.NNew,
 					"p"+trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), signedDur(qc.DiffNS), rel, mark, ci, verdict)
+				e.printf("%s\n", strings.TrimRight(line, " "))
 			}
 		}
 		for _, v := range []Verdict{Worse, Better} {
