@@ -20,6 +20,9 @@ type Mode string
 const (
 	// ModeDelete deletes one probe pod at a time (maxUnavailable 1).
 	ModeDelete Mode = "delete"
+	// ModeRollout restarts the Deployment and counts every replaced pod as
+	// a trial; T0 is the watch's first sight of each deletion.
+	ModeRollout Mode = "rollout"
 )
 
 // Flag names the configuration comes from; Validate's messages name them so a
@@ -127,9 +130,9 @@ func (c *Config) Validate() error {
 		add("--%s (%d) must be at least 2: with one replica a deletion leaves nothing to route to", FlagReplicas, c.Replicas)
 	}
 	switch c.Mode {
-	case ModeDelete:
+	case ModeDelete, ModeRollout:
 	default:
-		add("--%s %q: want %q", FlagMode, c.Mode, ModeDelete)
+		add("--%s %q: want %q or %q", FlagMode, c.Mode, ModeDelete, ModeRollout)
 	}
 	if c.URL == nil {
 		add("--%s is required: the ingress as reachable from here, e.g. http://127.0.0.1:9090", FlagURL)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure/load"
@@ -59,7 +61,9 @@ type runner struct {
 	gen      *load.Generator
 	probes   probeClient
 	progress func(Progress)
-	last     Progress
+
+	pmu  sync.Mutex // rollout trials report concurrently
+	last Progress
 }
 
 // Run measures cfg.Trials trials and hands each to sink. Whatever happens —
@@ -135,11 +139,16 @@ func newRunID() string {
 }
 
 func (r *runner) report(p Progress) {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
 	if p.Trials == 0 {
 		p.Trials = r.cfg.Trials
 	}
 	if p.LastWindow == 0 {
 		p.LastWindow = r.last.LastWindow
+	}
+	if p.Trial == 0 {
+		p.Trial = r.last.Trial
 	}
 	r.last = p
 	r.progress(p)
@@ -256,15 +265,13 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		return fmt.Errorf("write results header: %w", err)
 	}
 
+	if cfg.Mode == ModeRollout {
+		return r.rollouts(ctx, sink)
+	}
 	for i := 1; i <= cfg.Trials; i++ {
 		rec, err := r.trial(ctx, i)
-		if rec != nil {
-			if werr := sink.Trial(rec); werr != nil {
-				return fmt.Errorf("write trial %d: %w", i, werr)
-			}
-			if w, ok := rec.Window(); ok && rec.Valid {
-				r.last.LastWindow = w
-			}
+		if err := r.write(sink, rec); err != nil {
+			return err
 		}
 		if err != nil {
 			return err
@@ -273,6 +280,89 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 			if err := r.waitSteady(ctx, rec); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// write hands a finished trial to the sink.
+func (r *runner) write(sink Sink, rec *results.Record) error {
+	if rec == nil {
+		return nil
+	}
+	if err := sink.Trial(rec); err != nil {
+		return fmt.Errorf("write trial %d: %w", rec.Trial, err)
+	}
+	if w, ok := rec.Window(); ok && rec.Valid {
+		r.pmu.Lock()
+		r.last.LastWindow = w
+		r.pmu.Unlock()
+	}
+	return nil
+}
+
+// rollouts restarts the Deployment (as kubectl rollout restart does) until
+// at least cfg.Trials pods were replaced; every pod the Deployment
+// controller deletes is a trial, followed from the watch's first sight of
+// its deletion (T0) while the next ones overlap it.
+func (r *runner) rollouts(ctx context.Context, sink Sink) error {
+	cfg := r.cfg
+	trial := 0
+	for trial < cfg.Trials {
+		pods, err := r.steadyPods()
+		if err != nil {
+			return err
+		}
+		old := map[types.UID]bool{}
+		for _, p := range pods {
+			old[p.UID] = true
+		}
+		r.watch.setFollow(func(p *corev1.Pod) bool { return old[p.UID] })
+		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`,
+			deploy.LabelRunID+"-restarted-at", cfg.Clock.Now().UTC().Format(time.RFC3339Nano))
+		r.report(Progress{Phase: "trial", Trial: trial + 1, Stage: "rollout", Message: "restarting the probe Deployment"})
+		if _, err := cfg.Client.AppsV1().Deployments(r.ns).Patch(ctx, r.wl.Deployment.Name, types.StrategicMergePatchType,
+			[]byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("restart deployment %s/%s (needs patch deployments): %w", r.ns, r.wl.Deployment.Name, err)
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		recs := make(chan *results.Record)
+		for pending := len(old); pending > 0; {
+			for _, tw := range r.watch.takeFollowed() {
+				trial++
+				uid := tw.uid
+				snap := r.watch.snapshot(uid)
+				in := r.newInput(gctx, trial, snap.lastPod, snap.addr)
+				in.t0, in.rollout = snap.t0, true
+				g.Go(func() error {
+					rec, err := r.follow(gctx, in, uid)
+					if err == nil {
+						select {
+						case recs <- rec:
+						case <-gctx.Done():
+						}
+					}
+					return err
+				})
+			}
+			select {
+			case rec := <-recs:
+				pending--
+				if err := r.write(sink, rec); err != nil {
+					return err
+				}
+			case <-gctx.Done():
+				return errors.Join(g.Wait(), context.Cause(gctx))
+			case <-r.watch.changed:
+			case <-time.After(pollEvery):
+			}
+		}
+		r.watch.setFollow(nil)
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		if err := r.waitSteady(ctx, nil); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -316,7 +406,7 @@ func (r *runner) waitSteady(ctx context.Context, _ *results.Record) error {
 		if why == "" {
 			return nil
 		}
-		r.report(Progress{Phase: "steady", Trial: r.last.Trial, Message: why})
+		r.report(Progress{Phase: "steady", Message: why})
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure/load"
@@ -45,7 +46,10 @@ func pickPod(pods []*corev1.Pod) *corev1.Pod {
 // trialInput is everything one trial gathered; buildRecord turns it into a
 // record without touching the cluster.
 type trialInput struct {
-	trial     int
+	trial int
+	// rollout: T0 is the watch's first sight of the deletion, which the
+	// Deployment controller sent, not this tool.
+	rollout   bool
 	pod, node string
 	addr      netip.Addr
 	t0, acked time.Time
@@ -84,9 +88,16 @@ func buildRecord(in trialInput) *results.Record {
 		rec.Stages = append(rec.Stages, results.Stage{Name: name, Key: key, At: at, OffsetNS: int64(at.Sub(in.t0)),
 			UncertaintyNS: int64(unc), Clock: clk})
 	}
-	// DeleteSent (T0) / DeleteAcked: the DELETE call, tool clock, µs.
-	add(results.StageDeleteSent, "", in.t0, 0, results.ClockTool)
-	add(results.StageDeleteAcked, "", in.acked, 0, results.ClockTool)
+	if in.rollout {
+		// T0 is pod_terminating_seen: the Deployment controller deleted the
+		// pod; the watch saw it ~ms later.
+		rec.T0Source = results.StagePodTerminatingSeen
+	} else {
+		// DeleteSent (T0) / DeleteAcked: the DELETE call, tool clock, µs.
+		rec.T0Source = results.StageDeleteSent
+		add(results.StageDeleteSent, "", in.t0, 0, results.ClockTool)
+		add(results.StageDeleteAcked, "", in.acked, 0, results.ClockTool)
+	}
 	w := in.watch
 	add(results.StagePodTerminatingSeen, "", w.terminatingSeen, 0, results.ClockTool)
 	// ServerDeleteTime: metav1.Time, 1 s resolution — a cross-check only.
@@ -211,20 +222,8 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trial %d: pod %s address %q: %w", i, pod.Name, pod.Status.PodIP, err)
 	}
-	addrPort := netip.AddrPortFrom(addr, uint16(deploy.DefaultPort))
-	in := trialInput{trial: i, pod: pod.Name, node: pod.Spec.NodeName, addr: addr, observer: r.tracker.Observer().Name(),
-		maxSkew: cfg.MaxSkewUncertainty}
+	in := r.newInput(ctx, i, pod, addr)
 	r.report(Progress{Phase: "trial", Trial: i, Stage: "delete", Message: "deleting " + pod.Name})
-
-	// A pod that served no load has no skew estimate from responses; ask its
-	// /clock through the pod proxy while it still runs.
-	if _, ok := r.gen.Skew(pod.Name); !ok {
-		if est, err := load.ClockSample(ctx, cfg.Clock, func(ctx context.Context) (time.Time, error) {
-			return r.probes.probeClock(ctx, pod.Name)
-		}, 5); err == nil {
-			in.skew, in.skewOK = est, true
-		}
-	}
 
 	r.watch.begin(pod, addr)
 	grace := int64(cfg.GracePeriod() / time.Second)
@@ -234,12 +233,36 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 		GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
 	in.acked = cfg.Clock.Now()
 	if err != nil {
-		r.watch.end()
+		r.watch.end(uid)
 		return nil, fmt.Errorf("trial %d: delete pod %s/%s (needs delete pods): %w", i, r.ns, pod.Name, err)
 	}
+	return r.follow(ctx, in, uid)
+}
 
-	// Hold until the address is gone from every observed upstream list and
-	// no traffic reached the pod for the quiet period, or the hold runs out.
+// newInput starts a trial's input for pod. A pod that served no load has no
+// skew estimate from responses; its /clock is read through the pod proxy
+// while it still runs.
+func (r *runner) newInput(ctx context.Context, i int, pod *corev1.Pod, addr netip.Addr) trialInput {
+	in := trialInput{trial: i, pod: pod.Name, node: pod.Spec.NodeName, addr: addr, observer: r.tracker.Observer().Name(),
+		maxSkew: r.cfg.MaxSkewUncertainty}
+	if _, ok := r.gen.Skew(pod.Name); !ok {
+		if est, err := load.ClockSample(ctx, r.cfg.Clock, func(ctx context.Context) (time.Time, error) {
+			return r.probes.probeClock(ctx, pod.Name)
+		}, 5); err == nil {
+			in.skew, in.skewOK = est, true
+		}
+	}
+	return in
+}
+
+// follow records a deleted pod's removal from in.t0 on: it holds the probe
+// until its address left every observed upstream list and no traffic
+// reached it for the quiet period (or the hold ran out), reads the probe's
+// record, releases it, and waits for the pod object and its endpoint to go.
+func (r *runner) follow(ctx context.Context, in trialInput, uid types.UID) (*results.Record, error) {
+	cfg := r.cfg
+	i := in.trial
+	addrPort := netip.AddrPortFrom(in.addr, uint16(deploy.DefaultPort))
 	var lastRead time.Time
 	var tl *probe.Timeline
 	var tlErr error
@@ -250,14 +273,14 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	for {
 		now := cfg.Clock.Now()
 		if now.Sub(lastRead) >= timelineEvery {
-			if t, err := r.probes.timeline(ctx, pod.Name); err == nil {
+			if t, err := r.probes.timeline(ctx, in.pod); err == nil {
 				tl = t
 			} else {
 				tlErr = err
 			}
 			lastRead = now
 		}
-		stage, quietSince, removed := r.releaseState(in, addrPort)
+		stage, quietSince, removed := r.releaseState(in, uid, addrPort)
 		r.report(Progress{Phase: "trial", Trial: i, Stage: stage})
 		if removed && now.Sub(quietSince) >= cfg.QuietPeriod {
 			break
@@ -268,7 +291,7 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 		}
 		select {
 		case <-ctx.Done():
-			r.watch.end()
+			r.watch.end(uid)
 			return nil, context.Cause(ctx)
 		case <-tick.C:
 		}
@@ -276,12 +299,12 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	if hitHold {
 		in.invalid = append(in.invalid, fmt.Sprintf("traffic or upstream listing went on past --%s %s: the window is longer than the hold", FlagHold, cfg.Hold))
 	}
-	if t, err := r.probes.timeline(ctx, pod.Name); err == nil {
+	if t, err := r.probes.timeline(ctx, in.pod); err == nil {
 		tl = t
 	} else {
 		tlErr = err
 	}
-	if err := r.probes.release(ctx, pod.Name); err != nil && !hitHold {
+	if err := r.probes.release(ctx, in.pod); err != nil && !hitHold {
 		// The probe will still exit at --hold; the record may then come only
 		// from its termination message.
 		tlErr = err
@@ -293,13 +316,13 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	defer deadline.Stop()
 wait:
 	for {
-		s := r.watch.snapshot()
+		s := r.watch.snapshot(uid)
 		if !s.podDeleted.IsZero() && !s.sliceRemoved.IsZero() {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			r.watch.end()
+			r.watch.end(uid)
 			return nil, context.Cause(ctx)
 		case <-deadline.C:
 			in.invalid = append(in.invalid, "the pod or its endpoint was not removed within the grace period + 30s")
@@ -309,7 +332,7 @@ wait:
 		}
 	}
 	end := cfg.Clock.Now()
-	in.watch = r.watch.end()
+	in.watch = r.watch.end(uid)
 	in.removals = r.tracker.Removals(addrPort)
 	r.tracker.Forget(addrPort)
 	if termTL, term := terminationTimeline(in.watch.lastPod, probeContainer); termTL != nil {
@@ -322,10 +345,10 @@ wait:
 			in.timelineSource = tlErr.Error()
 		}
 	}
-	if ps, ok := r.gen.Pod(pod.Name); ok {
+	if ps, ok := r.gen.Pod(in.pod); ok {
 		in.clientLast, in.clientOK = ps, true
 	}
-	if est, ok := r.gen.Skew(pod.Name); ok {
+	if est, ok := r.gen.Skew(in.pod); ok {
 		in.skew, in.skewOK = est, true
 	}
 	in.failures = r.gen.Failures(in.t0, end)
@@ -339,8 +362,8 @@ wait:
 // the pod (the later of its last response and its removal), and whether the
 // address is gone from every observed upstream list (the slices' not-ready
 // state when nothing is observed).
-func (r *runner) releaseState(in trialInput, addr netip.AddrPort) (stage string, quietSince time.Time, removed bool) {
-	s := r.watch.snapshot()
+func (r *runner) releaseState(in trialInput, uid types.UID, addr netip.AddrPort) (stage string, quietSince time.Time, removed bool) {
+	s := r.watch.snapshot(uid)
 	stage = "deleting"
 	if !s.terminatingSeen.IsZero() {
 		stage = results.StagePodTerminatingSeen

@@ -38,10 +38,16 @@ type watcher struct {
 	sliceSel  labels.Selector
 	ns        string
 
-	mu        sync.Mutex
-	cur       *trialWatch
+	mu sync.Mutex
+	// trials are the trials in progress, by pod UID: one at a time in
+	// delete mode, several at once in a rollout.
+	trials    map[types.UID]*trialWatch
 	watchErrs []watchError
 	changed   chan struct{} // signalled (non-blocking) on any event
+	// follow, when set (rollout mode), makes the first sight of a
+	// terminating pod begin a trial by itself: T0 is that sight.
+	follow   func(*corev1.Pod) bool
+	followed []*trialWatch // begun by follow, not yet taken by the runner
 }
 
 type watchError struct {
@@ -56,6 +62,9 @@ type trialWatch struct {
 	pod  string
 	uid  types.UID
 	addr netip.Addr
+	// t0 is set for trials begun by the watch itself (rollout mode): the
+	// first sight of the pod terminating, tool clock, watch delivery.
+	t0 time.Time
 
 	// PodTerminatingSeen: pod watch, first event with deletionTimestamp, tool clock, ~ms.
 	terminatingSeen time.Time
@@ -83,7 +92,7 @@ func newWatcher(client kubernetes.Interface, clk clock.PassiveClock, ns string, 
 	sliceF := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sliceSel.String() }))
 	w := &watcher{clock: clk, factories: []informers.SharedInformerFactory{podF, sliceF}, ns: ns, podSel: podSel,
-		sliceSel: sliceSel, changed: make(chan struct{}, 1)}
+		sliceSel: sliceSel, changed: make(chan struct{}, 1), trials: map[types.UID]*trialWatch{}}
 	podInf := podF.Core().V1().Pods().Informer()
 	sliceInf := sliceF.Discovery().V1().EndpointSlices().Informer()
 	_ = podInf.SetWatchErrorHandlerWithContext(w.watchErrorHandler("pods"))
@@ -161,8 +170,16 @@ func (w *watcher) podEvent(seen time.Time, obj any, deleted bool) {
 	w.mu.Lock()
 	defer w.notify()
 	defer w.mu.Unlock()
-	tw := w.cur
-	if tw == nil || pod.UID != tw.uid {
+	tw := w.trials[pod.UID]
+	if tw == nil && w.follow != nil && pod.DeletionTimestamp != nil && !deleted && w.follow(pod) {
+		if addr, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
+			tw = &trialWatch{pod: pod.Name, uid: pod.UID, addr: addr, t0: seen}
+			w.trials[pod.UID] = tw
+			w.followed = append(w.followed, tw)
+			w.applySlices(tw, seen)
+		}
+	}
+	if tw == nil {
 		return
 	}
 	applyPodEvent(tw, seen, pod, deleted, relist)
@@ -191,10 +208,13 @@ func (w *watcher) sliceEvent(seen time.Time) {
 	w.mu.Lock()
 	defer w.notify()
 	defer w.mu.Unlock()
-	tw := w.cur
-	if tw == nil {
-		return
+	for _, tw := range w.trials {
+		w.applySlices(tw, seen)
 	}
+}
+
+// applySlices applies the cached slices to tw; the caller holds w.mu.
+func (w *watcher) applySlices(tw *trialWatch, seen time.Time) {
 	slices, err := w.slices.EndpointSlices(w.ns).List(w.sliceSel)
 	if err != nil {
 		return
@@ -219,26 +239,43 @@ func applySliceState(tw *trialWatch, seen time.Time, slices []*discoveryv1.Endpo
 	}
 }
 
-// begin makes pod the trial in progress. The address must be ready in the
+// begin makes pod a trial in progress. The address must be ready in the
 // slices now, or the first event would record a stale state.
 func (w *watcher) begin(pod *corev1.Pod, addr netip.Addr) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.cur = &trialWatch{pod: pod.Name, uid: pod.UID, addr: addr, lastPod: pod}
+	w.trials[pod.UID] = &trialWatch{pod: pod.Name, uid: pod.UID, addr: addr, lastPod: pod}
 }
 
-// end stops attributing events and returns what was seen.
-func (w *watcher) end() trialWatch {
+// end stops attributing events to the trial of uid and returns what was seen.
+func (w *watcher) end(uid types.UID) trialWatch {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	tw := *w.cur
-	w.cur = nil
+	tw := *w.trials[uid]
+	delete(w.trials, uid)
 	return tw
 }
 
-// snapshot returns a copy of the trial in progress.
-func (w *watcher) snapshot() trialWatch {
+// snapshot returns a copy of the trial of uid.
+func (w *watcher) snapshot(uid types.UID) trialWatch {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return *w.cur
+	return *w.trials[uid]
+}
+
+// takeFollowed returns the trials follow began since the last call.
+func (w *watcher) takeFollowed() []*trialWatch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.followed
+	w.followed = nil
+	return out
+}
+
+// setFollow sets (or, with nil, clears) the rollout mode's rule for which
+// terminating pods begin a trial by themselves.
+func (w *watcher) setFollow(f func(*corev1.Pod) bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.follow = f
 }

@@ -75,7 +75,7 @@ func baseConfig(t *testing.T) measure.Config {
 		Client: client, RESTConfig: cluster.Config, Trials: 5, Replicas: 3, Mode: measure.ModeDelete,
 		IngressClass: "skipper", Host: "epwindow.local", URL: u, Observer: upstream.KindSkipper,
 		ObserverOptions: upstream.Options{Interval: 200 * time.Millisecond, URLs: []string{cluster.RoutesURL}},
-		Rate: 100, Hold: 60 * time.Second, QuietPeriod: 2 * time.Second, GraceMargin: 10 * time.Second,
+		Rate:            100, Hold: 60 * time.Second, QuietPeriod: 2 * time.Second, GraceMargin: 10 * time.Second,
 		SettleTimeout: 2 * time.Minute, MaxSkewUncertainty: 50 * time.Millisecond, Image: deploy.DefaultImage,
 		PreStop: true, Clock: clock.RealClock{},
 	}
@@ -219,6 +219,30 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		}{{"sigterm", sigterm, s2}, {"prestop_called", prestop, p2}} {
 			if d := median(c.skewed) - median(c.honest); d < -20*time.Millisecond || d > 20*time.Millisecond {
 				t.Errorf("%s: corrected median %s vs honest %s (diff %s), want within 20ms", c.name, median(c.skewed), median(c.honest), d)
+			}
+		}
+	})
+
+	t.Run("rollout", func(t *testing.T) {
+		// One restart of a 3-replica Deployment: the controller replaces
+		// every pod, each replaced pod is a trial followed from the watch's
+		// first sight of its deletion, overlapping the next.
+		cfg := baseConfig(t)
+		cfg.Mode, cfg.Trials = measure.ModeRollout, 3
+		roll := run(t, cfg)
+		for _, r := range roll.trials {
+			if !r.Valid {
+				t.Errorf("trial %d invalid: %s", r.Trial, r.Invalid)
+				continue
+			}
+			if r.T0Source != results.StagePodTerminatingSeen {
+				t.Errorf("trial %d: T0 source %q, want pod_terminating_seen", r.Trial, r.T0Source)
+			}
+			if _, ok := r.Offset(results.StageDeleteSent); ok {
+				t.Errorf("trial %d: delete_sent recorded, but the tool sent no DELETE in a rollout", r.Trial)
+			}
+			for _, st := range []string{results.StageSliceNotReady, results.StageUpstreamRemoved, results.StageSigterm, results.StageLastRequest} {
+				offset(t, r, st)
 			}
 		}
 	})
