@@ -64,6 +64,33 @@ type proc struct {
 // root), and waits for its "started" log line to learn the port.
 func startProbe(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startProbeIn(t, false, env, args...)
+}
+
+// readOnlyRootScript runs its arguments as nobody in the mount namespace
+// that `unshare -m` made, with every mount remounted read-only except the
+// termination log (bind-mounted onto itself first, as the kubelet does). It
+// refuses to run the probe if the root or the temp dir is still writable.
+const readOnlyRootScript = `set -e
+termlog=$1; shift
+mount --make-rprivate /
+mount --bind "$termlog" "$termlog"
+findmnt -rn -o TARGET | sort -r | while read -r m; do
+	[ "$m" = "$termlog" ] || mount -o remount,bind,ro "$m" 2>/dev/null || true
+done
+for d in / /tmp "$(dirname "$termlog")"; do
+	if touch "$d/.epwindow-rw-check" 2>/dev/null; then
+		echo "$d is still writable in the test's mount namespace" >&2
+		exit 90
+	fi
+done
+exec setpriv --reuid=65534 --regid=65534 --clear-groups "$@"
+`
+
+// startProbeIn is startProbe, with readOnlyRoot running the probe in a
+// read-only root filesystem (see readOnlyRootScript).
+func startProbeIn(t *testing.T, readOnlyRoot bool, env []string, args ...string) *proc {
+	t.Helper()
 	if buildErr != nil {
 		t.Fatalf("the process-level tests need the epwindow binary: %v", buildErr)
 	}
@@ -87,11 +114,24 @@ func startProbe(t *testing.T, env []string, args ...string) *proc {
 	}
 	args = append([]string{"probe", "--listen", "127.0.0.1:0", "--termination-log", p.termLog}, args...)
 	p.cmd = exec.Command(binary, args...)
-	p.cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
-	if os.Geteuid() == 0 {
+	switch {
+	case readOnlyRoot:
+		if os.Geteuid() != 0 {
+			t.Fatal("the read-only root test needs root to make a mount namespace: run the tests as root (CI does)")
+		}
+		for _, tool := range []string{"unshare", "setpriv", "findmnt", "mount"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				t.Fatalf("the read-only root test needs %s: apt-get install util-linux mount", tool)
+			}
+		}
+		requireTraversable(t, binary, p.termLog)
+		sh := append([]string{"-m", "sh", "-c", readOnlyRootScript, "sh", p.termLog, binary}, args...)
+		p.cmd = exec.Command("unshare", sh...)
+	case os.Geteuid() == 0:
 		requireTraversable(t, binary, p.termLog)
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	}
+	p.cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -417,6 +457,31 @@ func TestProcessUnwritableTerminationLogIsNotFatal(t *testing.T) {
 	p.signal(t, syscall.SIGTERM)
 	p.waitLog(t, "termination message not written")
 	p.waitExit(t, waitTimeout)
+}
+
+func TestProcessReadOnlyRootAsNobody(t *testing.T) {
+	p := startProbeIn(t, true, nil, "--pod-name", "probe-ro-root", "--hold", "60s")
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(status), "\nUid:\t65534\t65534\t65534\t65534\n") {
+		t.Fatalf("probe is not running as nobody:\n%s", status)
+	}
+	dialProbe(t, p.addr).expect(t, http.MethodGet, "/", 200)
+	p.signal(t, syscall.SIGTERM)
+	p.waitLog(t, "sigterm")
+	dialProbe(t, p.addr).expect(t, http.MethodGet, "/after", 200)
+	dialProbe(t, p.addr).expect(t, http.MethodPost, PathRelease, 200)
+	p.waitExit(t, waitTimeout)
+	if strings.Contains(p.stderrText(), "termination message not written") {
+		t.Errorf("termination log not written:\n%s", p.stderrText())
+	}
+	tl := p.termination(t)
+	if tl.Pod != "probe-ro-root" || tl.Released == nil {
+		t.Errorf("termination timeline: pod %q released %v", tl.Pod, tl.Released)
+	}
+	eqInt(t, "TrafficAcceptsAfterSigterm", tl.TrafficAcceptsAfterSigterm, 1)
 }
 
 func TestProcessBadFlagsExit2(t *testing.T) {
