@@ -176,8 +176,9 @@ func (s *Summary) Caveats() []string {
 	if r := d.Recommendation; r != nil {
 		q := "p" + trimFloat(r.Quantile*100)
 		if r.CoverIsMax {
-			out = append(out, fmt.Sprintf("With %d trials the %s is the largest value seen (the empirical %s of fewer than %d trials is the maximum); the %s%% interval %s … %s shows how far it could move. More trials narrow it.",
-				r.N, q, q, int(math.Round(1/(1-r.Quantile))), trimFloat(r.CILevel*100), fmtDur(r.CILoNS), fmtDur(r.CIHiNS)))
+			n := int(math.Round(1 / (1 - r.Quantile)))
+			out = append(out, fmt.Sprintf("With %d trials the %s is the largest value seen (the empirical %s of fewer than %d trials is the maximum). Its %s%% bootstrap interval %s … %s cannot reach above the largest trial, so the true %s may be higher: measure %d or more trials for a %s that is not a maximum, and keep the margin.",
+				r.N, q, q, n, trimFloat(r.CILevel*100), fmtDur(r.CILoNS), fmtDur(r.CIHiNS), q, n, q))
 		}
 		switch {
 		case r.Basis == StageSigterm:

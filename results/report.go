@@ -197,7 +197,13 @@ func NewTextReporter(s *Summary) Reporter {
 		if c := s.Caveats(); len(c) > 0 {
 			e.printf("\ncaveats\n")
 			for _, l := range c {
-				e.printf("  - %s\n", l)
+				for i, w := range wrap(strings.Fields(l), " ", 74) {
+					if i == 0 {
+						e.printf("  - %s\n", w)
+					} else {
+						e.printf("    %s\n", w)
+					}
+				}
 			}
 		}
 		return e.err
