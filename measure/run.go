@@ -50,17 +50,18 @@ type Progress struct {
 
 // runner is one run's state.
 type runner struct {
-	cfg      Config
-	ns       string
-	runID    string
-	wl       *deploy.Workload
-	watch    *watcher
-	obs      upstream.Observer
-	choice   upstream.Choice
-	tracker  *upstream.Tracker
-	gen      *load.Generator
-	probes   probeClient
-	progress func(Progress)
+	cfg       Config
+	ns        string
+	runID     string
+	wl        *deploy.Workload
+	watch     *watcher
+	obs       upstream.Observer
+	choice    upstream.Choice
+	tracker   *upstream.Tracker
+	heartbeat *heartbeat
+	gen       *load.Generator
+	probes    probeClient
+	progress  func(Progress)
 
 	pmu  sync.Mutex // rollout trials report concurrently
 	last Progress
@@ -232,6 +233,8 @@ func (r *runner) podSelector() labels.Selector {
 func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serverVersion string) error {
 	cfg := r.cfg
 	r.probes = probeClient{client: cfg.Client, ns: r.ns, port: deploy.DefaultPort}
+	r.heartbeat = newHeartbeat(cfg.Client, cfg.Clock)
+	g.Go(func() error { return r.heartbeat.run(ctx) })
 	r.watch = newWatcher(cfg.Client, cfg.Clock, r.ns, r.podSelector(), r.wl.Service.Name)
 	if err := r.watch.start(ctx); err != nil {
 		return err

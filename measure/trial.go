@@ -352,6 +352,10 @@ wait:
 		in.skew, in.skewOK = est, true
 	}
 	in.failures = r.gen.Failures(in.t0, end)
+	if st, ok := r.heartbeat.stalledBetween(in.t0, end); ok {
+		in.invalid = append(in.invalid, fmt.Sprintf("the API server did not answer from %s for %s: watch-stamped stages may be late by as much",
+			st.from.Format(time.RFC3339Nano), st.to.Sub(st.from).Round(time.Millisecond)))
+	}
 	if e, ok := r.watch.watchErrorBetween(in.t0, end); ok {
 		in.invalid = append(in.invalid, fmt.Sprintf("the %s watch broke at %s: %s", e.resource, e.at.Format(time.RFC3339Nano), e.err))
 	}

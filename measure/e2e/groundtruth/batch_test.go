@@ -59,7 +59,7 @@ func TestBatchPeriodGroundTruth(t *testing.T) {
 				Client: client, RESTConfig: c.Config, Trials: 5, Replicas: 3, Mode: measure.ModeDelete,
 				IngressClass: "skipper", Host: "epwindow.local", URL: u, Observer: upstream.KindSkipper,
 				ObserverOptions: upstream.Options{Interval: 200 * time.Millisecond, URLs: []string{c.RoutesURL}},
-				Rate: 50, Hold: 60 * time.Second, QuietPeriod: time.Second, GraceMargin: 10 * time.Second,
+				Rate:            50, Hold: 60 * time.Second, QuietPeriod: time.Second, GraceMargin: 10 * time.Second,
 				SettleTimeout: 2 * time.Minute, MaxSkewUncertainty: 50 * time.Millisecond, Image: deploy.DefaultImage,
 				PreStop: true, Clock: clock.RealClock{},
 			}
