@@ -118,8 +118,9 @@ func TestReportSaysInterrupted(t *testing.T) {
 	if err := NewTextReporter(load(t, "interrupted.jsonl"))(&buf); err != nil {
 		t.Fatal(err)
 	}
+	flat := strings.Join(strings.Fields(buf.String()), " ") // caveats are wrapped
 	for _, want := range []string{"INTERRUPTED", "5 trials", "runs from SIGTERM instead of prestop_called"} {
-		if !strings.Contains(buf.String(), want) {
+		if !strings.Contains(flat, want) {
 			t.Errorf("interrupted report lacks %q:\n%s", want, buf.String())
 		}
 	}

@@ -136,7 +136,7 @@ func TestRecommendation(t *testing.T) {
 			if err := NewTextReporter(s)(&buf); err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(buf.String(), tt.caveat) {
+			if flat := strings.Join(strings.Fields(buf.String()), " "); !strings.Contains(flat, tt.caveat) {
 				t.Errorf("report lacks %q:\n%s", tt.caveat, buf.String())
 			}
 			if !strings.Contains(buf.String(), "→ "+strconv.FormatInt(tt.prestop, 10)+"s") {
