@@ -39,9 +39,9 @@ vet:
 test: fmt-check vet build
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-# bench prints the figures from one run on this machine (about a minute):
+# bench prints the figures from one run on this machine:
 # the load generator against vegeta at equal rate and connections
-# (hack/bench-load.sh; vegeta is installed into .cache/bin); the probe's
+# (hack/bench-load.sh, about 1.5 minutes; vegeta is installed into .cache/bin); the probe's
 # req/s against a bare net/http handler and its heap under 10^6 requests from
 # 10^4 peers (hack/bench-probe.sh, about two minutes).
 bench: build
