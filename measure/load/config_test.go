@@ -1,6 +1,7 @@
 package load
 
 import (
+	"crypto/tls"
 	"math"
 	"strings"
 	"testing"
@@ -63,6 +64,33 @@ func TestConfigDefaults(t *testing.T) {
 			if got.Timeout != tt.wantTimeout || got.MaxConns != tt.wantMaxConns || got.FailureHistory != DefaultFailureHistory {
 				t.Errorf("withDefaults() = timeout %v, max conns %d, history %d; want %v, %d, %d",
 					got.Timeout, got.MaxConns, got.FailureHistory, tt.wantTimeout, tt.wantMaxConns, DefaultFailureHistory)
+			}
+		})
+	}
+}
+
+func TestNewTransport(t *testing.T) {
+	tests := []struct {
+		name           string
+		cfg            Config
+		wantServerName string
+		wantKeepAlive  bool
+	}{
+		{"no host: default TLS", Config{Rate: 1, MaxConns: 3}, "", false},
+		{"host names the TLS server", Config{Rate: 1, Host: "app.example:443", KeepAlive: true}, "app.example", true},
+		{"explicit server name kept", Config{Rate: 1, Host: "app.example", TLS: &tls.Config{ServerName: "lb.example"}}, "lb.example", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg.withDefaults()
+			tr := newTransport(cfg)
+			var got string
+			if tr.TLSClientConfig != nil {
+				got = tr.TLSClientConfig.ServerName
+			}
+			if got != tt.wantServerName || tr.DisableKeepAlives == tt.wantKeepAlive || tr.MaxConnsPerHost != cfg.MaxConns || tr.Proxy != nil {
+				t.Errorf("transport: server name %q, keep-alives disabled %v, max conns %d; want %q, %v, %d, no proxy",
+					got, tr.DisableKeepAlives, tr.MaxConnsPerHost, tt.wantServerName, !tt.wantKeepAlive, cfg.MaxConns)
 			}
 		})
 	}

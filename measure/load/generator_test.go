@@ -375,3 +375,21 @@ func TestGeneratorSkewOffset(t *testing.T) {
 		})
 	}
 }
+
+func TestGeneratorMisuse(t *testing.T) {
+	if _, err := New(Config{URL: "http://x/", Rate: 1}, nil); err == nil {
+		t.Error("New with a nil clock: want an error")
+	}
+	if _, err := New(Config{URL: "http://x/"}, clock.RealClock{}); err == nil || !strings.Contains(err.Error(), "--rate") {
+		t.Errorf("New without a rate: err = %v, want one naming --rate", err)
+	}
+	fc := clocktesting.NewFakeClock(t0)
+	g := fakeGenerator(t, Config{URL: "http://probe.test/", Rate: 1}, fc,
+		func(r *http.Request) (*http.Response, error) { return okResponse(r, "pod-a"), nil })
+	stop := start(t, g)
+	eventually(t, "first hit", func() bool { return g.Totals().Sent == 1 })
+	if err := g.Run(context.Background()); err == nil {
+		t.Error("second Run: want an error")
+	}
+	stop()
+}
