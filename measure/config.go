@@ -50,6 +50,7 @@ const (
 	FlagExitOnTerm   = "exit-on-sigterm"
 	FlagClockOffset  = "probe-clock-offset"
 	FlagDrain        = "drain"
+	FlagStopOnBlind  = "stop-on-blind-observer"
 )
 
 // Config is one measurement run, typed and validated.
@@ -106,6 +107,11 @@ type Config struct {
 	// Drain is the longest request the app must finish after traffic ends;
 	// the recommendation adds it to the grace period.
 	Drain time.Duration
+
+	// StopOnBlindObserver stops the run after a trial in which an observed
+	// controller replica could not be read; otherwise such trials are
+	// marked invalid and the run goes on.
+	StopOnBlindObserver bool
 
 	// ToolVersion, ClusterName (the kubeconfig context) and Flags (as given)
 	// go into the results header.

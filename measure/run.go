@@ -339,7 +339,7 @@ func (r *runner) rollouts(ctx context.Context, sink Sink) error {
 				in.t0, in.rollout = snap.t0, true
 				g.Go(func() error {
 					rec, err := r.follow(gctx, in, uid)
-					if err == nil {
+					if rec != nil {
 						select {
 						case recs <- rec:
 						case <-gctx.Done():

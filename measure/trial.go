@@ -359,7 +359,16 @@ wait:
 	if e, ok := r.watch.watchErrorBetween(in.t0, end); ok {
 		in.invalid = append(in.invalid, fmt.Sprintf("the %s watch broke at %s: %s", e.resource, e.at.Format(time.RFC3339Nano), e.err))
 	}
-	return buildRecord(in), nil
+	rec := buildRecord(in)
+	if cfg.StopOnBlindObserver {
+		for _, rm := range in.removals {
+			if rm.Blind > 0 {
+				return rec, fmt.Errorf("trial %d: the %s observer could not read %s (%v); stopping as --%s asks",
+					i, in.observer, rm.Key(), rm.LastErr, FlagStopOnBlind)
+			}
+		}
+	}
+	return rec, nil
 }
 
 // releaseState tells the trial's latest stage, since when no traffic reached
