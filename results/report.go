@@ -157,6 +157,9 @@ func NewTextReporter(s *Summary) Reporter {
 		for _, l := range wrap(runLine(s.Header), " · ", 76) {
 			e.printf("  %s\n", l)
 		}
+		if h := s.Header; h != nil && len(h.Ingress.Settings) > 0 {
+			e.printf("  controller settings: %s\n", strings.ReplaceAll(settingsLine(h.Ingress.Settings), "`", ""))
+		}
 		width := len("offsets from T0 (delete_sent)")
 		for _, x := range append(slices.Clone(d.Stages), d.Deltas...) {
 			width = max(width, utf8.RuneCountInString(x.Name))
@@ -237,7 +240,7 @@ func NewMarkdownReporter(s *Summary) Reporter {
 			}
 			if h != nil {
 				for _, o := range h.Observers {
-					if len(o.Settings) > 0 {
+					if len(o.Settings) > 0 && !maps.Equal(o.Settings, h.Ingress.Settings) {
 						e.printf("- observer %s settings: %s\n", o.Name, settingsLine(o.Settings))
 					}
 				}
