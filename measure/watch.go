@@ -48,6 +48,9 @@ type watcher struct {
 	// terminating pod begin a trial by itself: T0 is that sight.
 	follow   func(*corev1.Pod) bool
 	followed []*trialWatch // begun by follow, not yet taken by the runner
+	// handled, when set (benchmarks), is called at the end of each slice
+	// event's handling with the event's stamp.
+	handled func(seen time.Time)
 }
 
 type watchError struct {
@@ -206,10 +209,13 @@ func applyPodEvent(tw *trialWatch, seen time.Time, pod *corev1.Pod, deleted, rel
 
 func (w *watcher) sliceEvent(seen time.Time) {
 	w.mu.Lock()
-	defer w.notify()
-	defer w.mu.Unlock()
 	for _, tw := range w.trials {
 		w.applySlices(tw, seen)
+	}
+	w.mu.Unlock()
+	w.notify()
+	if w.handled != nil {
+		w.handled(seen)
 	}
 }
 
