@@ -36,8 +36,13 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# Unit tests need nothing but Go. The e2e packages (*/e2e/*) run against the
+# real local cluster, one package at a time: clusters share the pod network.
+UNIT := $$($(GO) list ./... | grep -v /e2e)
+E2E  := ./measure/e2e/...
 test: fmt-check vet build
-	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -timeout 20m $(UNIT)
+	$(GO) test -race -p 1 -count=1 -timeout 40m $(E2E)
 
 # bench prints the figures from one run on this machine:
 # the load generator against vegeta at equal rate and connections
