@@ -61,7 +61,8 @@ for _ in 1 2 3 4 5 6 7 8 9 10; do
 		>"$tmp/probe.log" 2>&1 &
 	probe_pid=$!
 	for _ in $(seq 50); do
-		if curl -fsS -o /dev/null "http://127.0.0.1:$port/healthz" 2>/dev/null; then
+		# bash's /dev/tcp: listening is all that is asked, and curl may be missing.
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			url="http://127.0.0.1:$port/"
 			break 2
 		fi
