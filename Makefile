@@ -39,7 +39,7 @@ vet:
 # Unit tests need nothing but Go. The e2e packages (*/e2e/*) run against the
 # real local cluster, one package at a time: clusters share the pod network.
 UNIT := $$($(GO) list ./... | grep -v /e2e)
-E2E  := ./measure/e2e/...
+E2E  := ./measure/e2e/... ./deploy/e2e/...
 test: fmt-check vet build
 	$(GO) test -race -count=1 -timeout 20m $(UNIT)
 	$(GO) test -race -p 1 -count=1 -timeout 40m $(E2E)
