@@ -46,15 +46,7 @@ func loadSummary(path string) (*results.Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	s := results.NewSummary(file.Header, results.Options{})
-	for i := range file.Trials {
-		s.Add(&file.Trials[i])
-	}
-	if file.Interrupted() {
-		s.MarkInterrupted()
-	}
-	s.Close()
-	return s, nil
+	return results.Summarize(file, results.Options{}), nil
 }
 
 // gate compares with the baseline (when given), prints the comparison, and
