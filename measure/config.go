@@ -78,6 +78,10 @@ type Config struct {
 
 	Rate      float64
 	KeepAlive bool
+	// LoadTimeout bounds one request; LoadMaxConns caps requests in flight
+	// (zero: the load package's defaults).
+	LoadTimeout  time.Duration
+	LoadMaxConns int
 
 	// Hold bounds how long a deleted probe keeps serving (its --hold); the tool
 	// releases it earlier, once its address is gone from every observed

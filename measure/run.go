@@ -244,7 +244,8 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 	r.tracker = upstream.NewTracker(obs, cfg.Clock, 0)
 	g.Go(func() error { return r.tracker.Run(ctx) })
 
-	gen, err := load.New(load.Config{URL: cfg.URL.String(), Host: cfg.Host, Rate: cfg.Rate, KeepAlive: cfg.KeepAlive}, cfg.Clock)
+	gen, err := load.New(load.Config{URL: cfg.URL.String(), Host: cfg.Host, Rate: cfg.Rate, KeepAlive: cfg.KeepAlive,
+		Timeout: cfg.LoadTimeout, MaxConns: cfg.LoadMaxConns}, cfg.Clock)
 	if err != nil {
 		return err
 	}

@@ -80,6 +80,8 @@ func measureFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagUpstreamsCmd, Usage: "command printing the upstream addresses (ip:port), one per line, for --observer cmd", Category: "Observer"},
 		&cli.Float64Flag{Name: measure.FlagRate, Value: 50, Usage: "load in requests per second through --url", Category: "Load"},
 		&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, as most 502 reports involve)", Category: "Load"},
+		&cli.DurationFlag{Name: "load-timeout", Value: 5 * time.Second, Usage: "timeout of one load request", Category: "Load"},
+		&cli.IntFlag{Name: "load-max-conns", Usage: "most load requests in flight; more are counted as dropped (default: rate × timeout)", Category: "Load"},
 		&cli.StringFlag{Name: measure.FlagImage, Value: deploy.DefaultImage, Usage: "probe image (epwindow on PATH; see make image)", Category: "Probe"},
 		&cli.BoolFlag{Name: measure.FlagPreStop, Value: true, Usage: "give the probe a preStop httpGet to /prestop (times prestop_called)", Category: "Probe"},
 		&cli.DurationFlag{Name: measure.FlagPreStopSleep, Usage: "make the preStop hook sleep this long (to check a recommendation)", Category: "Probe"},
