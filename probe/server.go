@@ -146,6 +146,10 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, sigterm <-chan stru
 	srv := &http.Server{
 		Handler:           p,
 		ConnContext:       p.connContext,
+		// Bounds a stalled request header only: net/http starts it at the
+		// first byte of a request (server.go, conn.serve peeks first), so
+		// idle keep-alive connections from an ingress stay open, as they
+		// would to a real app. No IdleTimeout, for the same reason.
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
