@@ -144,8 +144,8 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, sigterm <-chan stru
 		released: make(chan struct{}),
 	}
 	srv := &http.Server{
-		Handler:           p,
-		ConnContext:       p.connContext,
+		Handler:     p,
+		ConnContext: p.connContext,
 		// Bounds a stalled request header only: net/http starts it at the
 		// first byte of a request (server.go, conn.serve peeks first), so
 		// idle keep-alive connections from an ingress stay open, as they
