@@ -47,6 +47,11 @@ type agent struct {
 // early with an error if the nodes cannot be registered or the kubelet
 // API cannot listen.
 func Run(ctx context.Context, cfg Config) error {
+	return run(ctx, cfg, func() {})
+}
+
+// run is Run, calling registered once every node is registered.
+func run(ctx context.Context, cfg Config, registered func()) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return err
@@ -100,6 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 		go func() { defer hb.Done(); a.heartbeat(ctx, n) }()
 	}
 	a.log.Info("nodes registered", "nodes", cfg.Nodes, "kubelet_port", a.port)
+	registered()
 
 	factory := informers.NewSharedInformerFactoryWithOptions(a.client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {

@@ -51,27 +51,18 @@ func startTestAgent(t *testing.T) (*fake.Clientset, Config) {
 	client := fake.NewClientset()
 	cfg.Client = client
 	cfg.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	if err := CleanupStale(cfg.Prefix); err != nil {
-		t.Fatalf("cleanup before test: %v", err)
+	ag, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
 	}
-	if err := SetupNetwork(cfg); err != nil {
-		t.Fatalf("SetupNetwork: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
 	t.Cleanup(func() {
-		cancel()
 		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return 30s after cancel")
+		case err := <-ag.Err():
+			t.Errorf("agent stopped during the test: %v", err)
+		default:
 		}
-		if err := TeardownNetwork(cfg); err != nil {
-			t.Errorf("TeardownNetwork: %v", err)
+		if err := ag.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
 		}
 		if l := leftovers(t, cfg); len(l) > 0 {
 			t.Errorf("left behind: %v", l)

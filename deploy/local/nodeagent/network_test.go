@@ -57,6 +57,13 @@ func leftovers(t *testing.T, cfg Config) []string {
 	if _, err := os.Stat(cniDir(cfg)); err == nil {
 		out = append(out, cniDir(cfg))
 	}
+	// Container processes of the agent tests (argv[0] is the command).
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.HasPrefix(string(b), "/bin/testapp\x00"+testAppArg) {
+			out = append(out, "process "+p)
+		}
+	}
 	return out
 }
 
