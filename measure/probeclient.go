@@ -68,12 +68,9 @@ func (p probeClient) probeClock(ctx context.Context, pod string) (time.Time, err
 }
 
 func decodeTimeline(body []byte) (*probe.Timeline, error) {
-	var tl probe.Timeline
-	if err := json.Unmarshal(body, &tl); err != nil {
-		return nil, fmt.Errorf("decode probe timeline: %w", err)
-	}
-	if tl.Version == 0 || tl.Version > probe.TimelineVersion {
-		return nil, fmt.Errorf("probe timeline version %d: this epwindow reads version %d; use the same epwindow version for the probe image", tl.Version, probe.TimelineVersion)
+	tl, err := probe.ParseTimeline(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w (use the same epwindow version for the probe image)", err)
 	}
 	return &tl, nil
 }
