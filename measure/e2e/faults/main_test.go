@@ -1,0 +1,268 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/localcluster"
+	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/measure/upstream"
+	"github.com/epwindow/epwindow/results"
+)
+
+var (
+	// cluster is the package's local cluster, started once in TestMain.
+	cluster *localcluster.Cluster
+	// admin is a client of cluster's admin user.
+	admin kubernetes.Interface
+)
+
+// ingressClass is the class measure's Ingress names; Skipper serves it.
+const ingressClass = "skipper"
+
+// testNamespacePrefix marks the namespaces the tests themselves create
+// (bystanders, Pod Security checks): they are not measure's leftovers.
+const testNamespacePrefix = "faults-"
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	c, err := localcluster.Start(ctx, localcluster.Options{IngressPoll: time.Second})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "measure/e2e/faults needs the local cluster:", err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := func() int {
+		var err error
+		if admin, err = kubernetes.NewForConfig(c.Config); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := ensureIngressClass(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop local cluster:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// ensureIngressClass creates IngressClass "skipper" (controller
+// zalando.org/skipper) when the local cluster does not have it: measure's
+// preflight and its observer read the class named by --ingress-class.
+func ensureIngressClass() error {
+	ctx := context.Background()
+	_, err := admin.NetworkingV1().IngressClasses().Get(ctx, ingressClass, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read IngressClass %s: %w", ingressClass, err)
+	}
+	ic := &networkingv1.IngressClass{
+		ObjectMeta: metav1.ObjectMeta{Name: ingressClass},
+		Spec:       networkingv1.IngressClassSpec{Controller: "zalando.org/skipper"},
+	}
+	if _, err := admin.NetworkingV1().IngressClasses().Create(ctx, ic, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create IngressClass %s: %w", ingressClass, err)
+	}
+	fmt.Fprintf(os.Stderr, "created IngressClass %s (controller zalando.org/skipper): the local cluster has none\n", ingressClass)
+	return nil
+}
+
+// epwindowBin is bin/epwindow as make build leaves it; the node agent runs
+// the probe pods from the same directory.
+func epwindowBin(t *testing.T) string {
+	t.Helper()
+	bin, err := filepath.Abs("../../../bin/epwindow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s missing: run make build", bin)
+	}
+	return bin
+}
+
+// memSink keeps a run's results and writes them through the real encoder.
+type memSink struct {
+	header *results.Header
+	trials []*results.Record
+	buf    bytes.Buffer
+	w      *results.Writer
+}
+
+func newMemSink() *memSink {
+	s := &memSink{}
+	s.w = results.NewWriter(&s.buf)
+	return s
+}
+
+func (s *memSink) Header(h *results.Header) error { s.header = h; return s.w.WriteHeader(h) }
+func (s *memSink) Trial(r *results.Record) error {
+	s.trials = append(s.trials, r)
+	return s.w.WriteTrial(r)
+}
+
+// baseConfig is a quick, valid in-process run against the local cluster:
+// Skipper polls the API every second and the observer reads its route
+// table every 200 ms.
+func baseConfig(t *testing.T) measure.Config {
+	t.Helper()
+	u, err := url.Parse(cluster.IngressURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return measure.Config{
+		Client: admin, RESTConfig: cluster.Config, Trials: 3, Replicas: 3, Mode: measure.ModeDelete,
+		IngressClass: ingressClass, Host: "epwindow.local", URL: u, Observer: upstream.KindSkipper,
+		ObserverOptions: upstream.Options{Interval: 200 * time.Millisecond, URLs: []string{cluster.RoutesURL}},
+		Rate:            100, Hold: 60 * time.Second, QuietPeriod: 2 * time.Second, GraceMargin: 10 * time.Second,
+		SettleTimeout: 2 * time.Minute, MaxSkewUncertainty: 50 * time.Millisecond, Image: deploy.DefaultImage,
+		PreStop: true, Clock: clock.RealClock{},
+	}
+}
+
+// runMeasure runs measure.Run with a bounded context, logging phase changes
+// and passing every progress report to onProgress (which must not block).
+func runMeasure(t *testing.T, cfg measure.Config, onProgress func(measure.Progress)) (*memSink, error) {
+	t.Helper()
+	sink := newMemSink()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	last := ""
+	err := measure.Run(ctx, cfg, sink, func(p measure.Progress) {
+		if onProgress != nil {
+			onProgress(p)
+		}
+		line := fmt.Sprintf("%s trial %d/%d %s %s", p.Phase, p.Trial, p.Trials, p.Stage, p.Message)
+		if line != last && (p.Phase != "steady" || !strings.HasPrefix(last, "steady")) {
+			t.Logf("%s %s", time.Now().Format("15:04:05.000"), line)
+		}
+		last = line
+	})
+	return sink, err
+}
+
+// leftovers lists what measure runs left behind: namespaces labelled as
+// epwindow's and probe pods (labelled app.kubernetes.io/name=epwindow-probe)
+// in any namespace, except those in the tests' own namespaces.
+func leftovers(t *testing.T) (namespaces, pods []string) {
+	t.Helper()
+	ctx := context.Background()
+	nsList, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{
+		LabelSelector: deploy.LabelManagedBy + "=" + deploy.ManagedByValue})
+	if err != nil {
+		t.Fatalf("list namespaces: %v", err)
+	}
+	for _, ns := range nsList.Items {
+		if !strings.HasPrefix(ns.Name, testNamespacePrefix) {
+			namespaces = append(namespaces, ns.Name)
+		}
+	}
+	podList, err := admin.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		LabelSelector: deploy.LabelName + "=" + deploy.NameValue})
+	if err != nil {
+		t.Fatalf("list pods: %v", err)
+	}
+	for _, p := range podList.Items {
+		if !strings.HasPrefix(p.Namespace, testNamespacePrefix) {
+			pods = append(pods, p.Namespace+"/"+p.Name)
+		}
+	}
+	return namespaces, pods
+}
+
+// suffix is a short random name suffix.
+func suffix(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// deleteNamespace deletes a test's namespace and waits until it is gone, so
+// the next test starts from a clean cluster. Pods are deleted with grace 0
+// first: the probes' grace periods would otherwise hold the namespace.
+func deleteNamespace(t *testing.T, ns string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	zero := int64(0)
+	_ = admin.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	if err := admin.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete namespace %s: %v", ns, err)
+		return
+	}
+	for {
+		if _, err := admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Errorf("namespace %s still there 2m after its deletion", ns)
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// waitReady waits until n pods matching selector in ns are Running and
+// Ready, and returns them.
+func waitReady(t *testing.T, ns, selector string, n int) []corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		list, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err == nil {
+			var ready []corev1.Pod
+			for _, p := range list.Items {
+				if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
+					ready = append(ready, p)
+				}
+			}
+			if len(ready) == n {
+				return ready
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d pods %s in %s not Ready within 2m (last list error: %v)", n, selector, ns, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

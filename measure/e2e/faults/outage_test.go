@@ -1,0 +1,144 @@
+package faults
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/results"
+)
+
+// controlPlanePID finds the `epwindow-local up --dir DIR` process of the
+// package's cluster in /proc (localcluster does not expose it). It hosts
+// etcd, the API server, the controllers, the scheduler and the node agent;
+// Skipper and the pods' processes are processes of their own.
+func controlPlanePID(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if len(args) < 2 || filepath.Base(args[0]) != "epwindow-local" || args[1] != "up" {
+			continue
+		}
+		for i, a := range args {
+			if a == "--dir="+cluster.Dir || a == "--dir" && i+1 < len(args) && args[i+1] == cluster.Dir {
+				found = append(found, pid)
+			}
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("want one `epwindow-local up --dir %s` process, found %v", cluster.Dir, found)
+	}
+	return found[0]
+}
+
+// freezeFor stops pid (SIGSTOP) for d, then resumes it (SIGCONT). It
+// returns when the process runs again.
+func freezeFor(t *testing.T, pid int, d time.Duration) (from, to time.Time, err error) {
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("SIGSTOP %d: %w", pid, err)
+	}
+	from = time.Now()
+	time.Sleep(d) // the outage itself: nothing to wait for but the clock
+	to = time.Now()
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		return from, to, fmt.Errorf("SIGCONT %d: %w", pid, err)
+	}
+	return from, to, nil
+}
+
+// A control-plane outage in the middle of a trial: the whole control plane
+// (etcd, API server, controllers — and the node agent, which lives in the
+// same process) is frozen with SIGSTOP for 15 s once trial 2 has seen its
+// pod terminating, then resumed. The run goes on; trial 2 is kept and
+// marked invalid because the API server did not answer (measure's
+// heartbeat); trials 3 and 4, after the outage, are valid.
+func TestControlPlaneFreezeMidTrial(t *testing.T) {
+	pid := controlPlanePID(t)
+	// Whatever happens, the cluster must not stay frozen for the next test.
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+
+	const outage = 15 * time.Second
+	cfg := baseConfig(t)
+	cfg.Trials = 4
+	var (
+		once     sync.Once
+		started  = make(chan struct{})
+		frozen   = make(chan struct{})
+		from, to time.Time
+		fErr     error
+	)
+	sink, err := runMeasure(t, cfg, func(p measure.Progress) {
+		// Mid-trial: trial 2's DELETE has been answered (its first report
+		// after "delete"); the node agent, the EndpointSlice controller and
+		// Skipper have yet to react. The callback must not block: freeze in
+		// a goroutine.
+		if p.Phase == "trial" && p.Trial == 2 && p.Stage != "delete" {
+			once.Do(func() {
+				close(started)
+				go func() {
+					defer close(frozen)
+					from, to, fErr = freezeFor(t, pid, outage)
+				}()
+			})
+		}
+	})
+	select {
+	case <-started:
+	default:
+		t.Fatalf("trial 2 never began: the control plane was never frozen (run error: %v)", err)
+	}
+	<-frozen
+	if fErr != nil {
+		t.Fatal(fErr)
+	}
+	t.Logf("control plane (pid %d) frozen %s – %s", pid, from.Format("15:04:05.000"), to.Format("15:04:05.000"))
+	if err != nil {
+		t.Fatalf("measure.Run after a %s control-plane outage: %v (the run should go on)", outage, err)
+	}
+	if len(sink.trials) != cfg.Trials {
+		t.Fatalf("%d trial records, want %d", len(sink.trials), cfg.Trials)
+	}
+	for _, r := range sink.trials {
+		t.Logf("trial %d: valid %v %s", r.Trial, r.Valid, r.Invalid)
+	}
+	if r := sink.trials[1]; r.Valid {
+		t.Errorf("trial 2 overlapped a %s outage but is valid", outage)
+	} else if !strings.Contains(r.Invalid, "the API server did not answer") {
+		t.Errorf("trial 2 invalid for another reason: %q; want the API server's silence named", r.Invalid)
+	}
+	for _, r := range sink.trials[2:] {
+		if !r.Valid {
+			t.Errorf("trial %d, after the outage, invalid: %s", r.Trial, r.Invalid)
+		}
+		if !r.T0.After(to) {
+			t.Errorf("trial %d began at %s, before the outage ended at %s", r.Trial, r.T0, to)
+		}
+	}
+	if _, err := results.Decode(bytes.NewReader(sink.buf.Bytes())); err != nil {
+		t.Errorf("results stream does not decode: %v", err)
+	}
+	if ns, pods := leftovers(t); len(ns)+len(pods) > 0 {
+		t.Errorf("left namespaces %v and probe pods %v", ns, pods)
+	}
+}
