@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/epwindow/epwindow/deploy/local/controlplane"
+	"github.com/epwindow/epwindow/deploy/local/skipper"
+)
+
+// Flag names of `up`.
+const (
+	flagDir         = "dir"
+	flagNodes       = "nodes"
+	flagBatchPeriod = "batch-period"
+	flagIngressPoll = "ingress-poll"
+	flagBinDir      = "bin-dir"
+)
+
+// upConfig is `up`'s flags, typed.
+type upConfig struct {
+	Dir         string        // absolute; created if missing
+	Nodes       int           // node names: node-0 … node-(N-1)
+	BatchPeriod time.Duration // --endpointslice-updates-batch-period
+	IngressPoll time.Duration // Skipper's -source-poll-timeout
+	BinDir      string        // skipper and the containers' binaries
+}
+
+func parseUp(args []string) (upConfig, error) {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c upConfig
+	fs.StringVar(&c.Dir, flagDir, "", "directory for kubeconfigs, credentials, etcd data and logs (required)")
+	fs.IntVar(&c.Nodes, flagNodes, 2, "number of nodes the node agent registers")
+	fs.DurationVar(&c.BatchPeriod, flagBatchPeriod, 0, "EndpointSlice controller's --endpointslice-updates-batch-period")
+	fs.DurationVar(&c.IngressPoll, flagIngressPoll, 3*time.Second, "Skipper's poll interval of the API server (-source-poll-timeout)")
+	fs.StringVar(&c.BinDir, flagBinDir, "", "directory holding skipper and the binaries containers run (default: this executable's directory)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.BinDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return c, fmt.Errorf("find this executable's directory (set --%s): %w", flagBinDir, err)
+		}
+		c.BinDir = filepath.Dir(exe)
+	}
+	return c, c.validate()
+}
+
+func (c *upConfig) validate() error {
+	if c.Dir == "" {
+		return fmt.Errorf("--%s is required", flagDir)
+	}
+	abs, err := filepath.Abs(c.Dir)
+	if err != nil {
+		return fmt.Errorf("--%s %q: %w", flagDir, c.Dir, err)
+	}
+	c.Dir = abs
+	if c.BinDir, err = filepath.Abs(c.BinDir); err != nil {
+		return fmt.Errorf("--%s: %w", flagBinDir, err)
+	}
+	if c.Nodes < 0 || c.Nodes > 250 {
+		return fmt.Errorf("--%s (%d) must be between 0 and 250", flagNodes, c.Nodes)
+	}
+	if c.BatchPeriod < 0 {
+		return fmt.Errorf("--%s (%s) must not be negative", flagBatchPeriod, c.BatchPeriod)
+	}
+	if c.IngressPoll < 10*time.Millisecond {
+		return fmt.Errorf("--%s (%s) must be at least 10ms", flagIngressPoll, c.IngressPoll)
+	}
+	return nil
+}
+
+// ownedPaths are what `up` creates under DIR besides logs. They are removed
+// before a start (a crashed run's leftovers) and after teardown; nothing
+// else in DIR is touched.
+var ownedPaths = []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", "nodes"}
+
+// logFiles are the per-component logs under DIR. A start truncates them;
+// teardown leaves them for reading.
+var logFiles = []string{"epwindow-local.log", "etcd.log", "apiserver.log", "controller-manager.log", "scheduler.log", "nodeagent.log", "skipper.log"}
+
+func removeOwned(dir string, withLogs bool) error {
+	var errs []error
+	names := ownedPaths
+	if withLogs {
+		names = append(append([]string(nil), ownedPaths...), logFiles...)
+	}
+	for _, n := range names {
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// machineLock is held by the one running `up` on this machine: clusters
+// share the pod network (10.244.0.0/16, the bridge, the unreachable route),
+// and a start cleans up what a crashed run left, which must never be what a
+// live run is using.
+const machineLock = "/run/epwindow-local.lock"
+
+func lockMachine() (*os.File, error) {
+	f, err := os.OpenFile(machineLock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s (run as root): %w", machineLock, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another epwindow-local up is running on this machine (%s is locked): stop it first", machineLock)
+	}
+	return f, nil
+}
+
+// up runs the cluster until ctx ends or a component fails, then tears it
+// all down. It returns nil after a teardown caused by ctx (a signal).
+func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
+	start := time.Now()
+	lock, err := lockMachine()
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return fmt.Errorf("create --%s: %w", flagDir, err)
+	}
+	if err := removeOwned(cfg.Dir, true); err != nil {
+		return fmt.Errorf("remove the state of an earlier run in %s: %w", cfg.Dir, err)
+	}
+	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "epwindow-local.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	log := slog.New(slog.NewTextHandler(logf, nil))
+	defer func() {
+		if err := removeOwned(cfg.Dir, false); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("remove state files: %w", err))
+		}
+		log.Info("torn down", "error", retErr)
+		if ctx.Err() != nil {
+			// Interrupted (even while starting): a clean teardown is success.
+			retErr = nil
+		}
+	}()
+	if err := cleanupStaleNodes(cfg, log); err != nil {
+		return err
+	}
+
+	cp, err := controlplane.Start(ctx, controlplane.Config{Dir: cfg.Dir, BatchPeriod: cfg.BatchPeriod})
+	if err != nil {
+		return fmt.Errorf("control plane: %w", err)
+	}
+	defer cp.Stop()
+	log.Info("control plane ready", "url", cp.URL, "after", time.Since(start))
+
+	nodes, err := startNodes(ctx, cfg, cp, log)
+	if err != nil {
+		return fmt.Errorf("node agent: %w", err)
+	}
+	defer nodes.Stop()
+	log.Info("nodes ready", "nodes", cfg.Nodes, "after", time.Since(start))
+
+	tokenFile := filepath.Join(cp.PKI.Dir, "skipper.token")
+	if err := os.WriteFile(tokenFile, []byte(cp.PKI.SkipperToken), 0o600); err != nil {
+		return err
+	}
+	sk, err := skipper.Start(ctx, skipper.Config{
+		Binary:       filepath.Join(cfg.BinDir, "skipper"),
+		APIServerURL: cp.URL,
+		CAFile:       cp.PKI.CAFile,
+		TokenFile:    tokenFile,
+		PollInterval: cfg.IngressPoll,
+		LogFile:      filepath.Join(cfg.Dir, "skipper.log"),
+	})
+	if err != nil {
+		return fmt.Errorf("skipper: %w", err)
+	}
+	defer sk.Stop()
+
+	log.Info("ready", "after", time.Since(start), "skipper_pid", sk.PID())
+	fmt.Fprintf(stdout, "READY kubeconfig=%s ingress=%s routes=%s\n", cp.Kubeconfig, sk.URL, sk.RoutesURL)
+	if f, ok := stdout.(*os.File); ok {
+		_ = f.Sync()
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("signal: tearing down")
+		return nil
+	case err := <-cp.Err():
+		return fmt.Errorf("control plane: %w", err)
+	case err := <-nodes.Err():
+		return fmt.Errorf("node agent: %w", err)
+	case <-sk.Done():
+		return fmt.Errorf("skipper exited (see skipper.log): %v", sk.Err())
+	}
+}

@@ -1,0 +1,158 @@
+package batchperiod
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/epwindow/epwindow/deploy/local/e2e/testenv"
+)
+
+// batchPeriod is injected into the EndpointSlice controller.
+const batchPeriod = time.Second
+
+var cluster *testenv.Cluster
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: 2, BatchPeriod: batchPeriod, IngressPoll: 3 * time.Second})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the local cluster:", err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := m.Run()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop the local cluster:", err)
+		code = 1
+	}
+	c.Release()
+	os.Exit(code)
+}
+
+// sleepers is a Deployment of pods that run `sleep`, ready once running.
+// They ignore SIGTERM, so a deleted pod stays terminating for its whole
+// grace period and the slice shows it ready=false rather than dropping it.
+func sleepers(name string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	grace := int64(5)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: &grace,
+					Containers: []corev1.Container{{
+						Name: "sleep", Image: "sleep:local", Command: []string{"sh", "-c", "trap '' TERM; exec sleep 100000"},
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// TestBatchPeriodDelaysSliceUpdate deletes pods one at a time and times
+// delete → the endpoint's ready=false in the slice on this test's clock.
+func TestBatchPeriodDelaysSliceUpdate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cs := cluster.Client
+	ns, err := testenv.CreateNamespace(ctx, cs, "batch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "sleepers"
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, sleepers(name, 2), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, testenv.Service(name), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const trials = 3
+	for i := 0; i < trials; i++ {
+		// A Ready pod whose address the slice lists as ready.
+		var victim, ip string
+		err := testenv.Poll(ctx, "a Ready pod listed ready in the slice", 100*time.Millisecond, 90*time.Second, func() (bool, error) {
+			pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			sl, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
+			if err != nil {
+				return false, err
+			}
+			eps := testenv.SliceEndpoints(sl.Items)
+			ready := 0
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp == nil && testenv.PodReady(&p) && eps[p.Status.PodIP].Ready {
+					victim, ip = p.Name, p.Status.PodIP
+					ready++
+				}
+			}
+			return ready == 2, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := cs.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+			w.Stop()
+			t.Fatal(err)
+		}
+		d, err := untilNotReady(w, ip, t0, 30*time.Second)
+		w.Stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("batch period %s: delete → slice not-ready %s (trial %d)\n", batchPeriod, d.Round(time.Millisecond), i+1)
+		// The controller holds the change for exactly the batch period
+		// (pkg/controller/endpointslice: queue.AddAfter(key,
+		// endpointUpdatesBatchPeriod)), so the update can never come
+		// sooner. Later by up to 1 s is the controller's own retry when
+		// its slice cache is stale (real behaviour), plus up to 0.5 s of
+		// watch delivery and scheduling on a busy 2-core machine.
+		if d < batchPeriod || d > batchPeriod+1500*time.Millisecond {
+			t.Errorf("trial %d: slice not-ready %s after the delete, want within [%s, %s]", i+1, d, batchPeriod, batchPeriod+1500*time.Millisecond)
+		}
+	}
+}
+
+func untilNotReady(w watch.Interface, ip string, t0 time.Time, timeout time.Duration) (time.Duration, error) {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return 0, fmt.Errorf("EndpointSlice watch closed")
+			}
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			s := ev.Object.(*discoveryv1.EndpointSlice)
+			// Not ready, or gone (one slice per Service here, so gone
+			// from it means gone from the Service).
+			if st, ok := testenv.SliceEndpoints([]discoveryv1.EndpointSlice{*s})[ip]; !ok || !st.Ready {
+				return time.Since(t0), nil
+			}
+		case <-deadline:
+			return 0, fmt.Errorf("slice never showed %s not ready within %s", ip, timeout)
+		}
+	}
+}

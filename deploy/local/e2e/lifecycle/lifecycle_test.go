@@ -1,0 +1,135 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/epwindow/epwindow/deploy/local/e2e/testenv"
+)
+
+// startupBound is the startup assertion's limit. The goal is READY within
+// 10 s of a warm build on an idle 2-core machine (figure printed below, and
+// measured by BenchmarkStartup); `make test` runs packages in parallel, so
+// the test only fails when startup is clearly broken, not merely slow.
+const startupBound = 30 * time.Second
+
+// sleeperMark is a command-line argument unique to this test's pods, to
+// find their processes after teardown.
+const sleeperMark = "86421"
+
+// runSleeper creates a pod running `sleep 86421` and waits until it runs
+// with a pod address, so that the teardown has a netns, a veth and a
+// process to remove.
+func runSleeper(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	ns, err := testenv.CreateNamespace(ctx, cs, "lifecycle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The namespace's default ServiceAccount arrives a moment after the
+	// namespace; pod admission needs it.
+	var pod *corev1.Pod
+	err = testenv.Poll(ctx, "sleeper pod created", 100*time.Millisecond, 20*time.Second, func() (bool, error) {
+		pod, err = cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "sleeper"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "sleep", Image: "sleep:local", Command: []string{"sleep", sleeperMark},
+			}}},
+		}, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = testenv.Poll(ctx, "sleeper running with a pod address", 100*time.Millisecond, 60*time.Second, func() (bool, error) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkLeftovers(ctx context.Context, t *testing.T, dir string) {
+	t.Helper()
+	bin, _ := testenv.BinDir()
+	left, err := testenv.Leftovers(ctx, dir, bin+"/epwindow-local", bin+"/skipper", "sleep "+sleeperMark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("teardown left behind:\n  %s", strings.Join(left, "\n  "))
+	}
+}
+
+func TestStartupAndTeardown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: 2, IngressPoll: 3 * time.Second, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	fmt.Printf("startup to READY: %.2fs (2 nodes)\n", c.StartupTime.Seconds())
+	if c.StartupTime > startupBound {
+		t.Errorf("startup to READY took %s, want ≤ %s (goal 10s; logs in %s)", c.StartupTime, startupBound, dir)
+	}
+	runSleeper(ctx, t, c.Client)
+	if err := c.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	checkLeftovers(ctx, t, dir)
+}
+
+func TestStartAfterCrashCleansUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: 2, IngressPoll: 3 * time.Second, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSleeper(ctx, t, c.Client)
+	c.Kill() // no teardown: netns, links, route, pod process stay behind
+	c.Release()
+
+	c, err = testenv.Start(ctx, testenv.Options{Nodes: 2, IngressPoll: 3 * time.Second, Dir: dir})
+	if err != nil {
+		t.Fatalf("start after a crash: %v", err)
+	}
+	defer c.Release()
+	if err := c.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	checkLeftovers(ctx, t, dir)
+}
+
+// BenchmarkStartup reports seconds from starting `epwindow-local up` to its
+// READY line (2 nodes), the figure the local cluster's 10 s goal is about.
+func BenchmarkStartup(b *testing.B) {
+	ctx := context.Background()
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		c, err := testenv.Start(ctx, testenv.Options{Nodes: 2, IngressPoll: 3 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += c.StartupTime
+		if err := c.Stop(); err != nil {
+			b.Fatal(err)
+		}
+		c.Release()
+	}
+	b.ReportMetric(total.Seconds()/float64(b.N), "s/ready")
+}

@@ -1,0 +1,74 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// NetPrefix starts the name of every network namespace and link the node
+// agent creates (its default prefix).
+const NetPrefix = "epw"
+
+// Leftovers lists what a torn-down cluster must not leave on the machine:
+// network namespaces and links named NetPrefix*, any route for the pod CIDR
+// (the unreachable route included), processes whose command line contains
+// one of marks, and the state files `up` made in dir (logs may stay).
+func Leftovers(ctx context.Context, dir string, marks ...string) ([]string, error) {
+	var out []string
+	nss, err := os.ReadDir("/run/netns")
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	for _, ns := range nss {
+		if strings.HasPrefix(ns.Name(), NetPrefix) {
+			out = append(out, "netns "+ns.Name())
+		}
+	}
+	links, err := exec.CommandContext(ctx, "ip", "-o", "link", "show").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip link show: %w", err)
+	}
+	for _, l := range strings.Split(string(links), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 1 && strings.HasPrefix(f[1], NetPrefix) {
+			out = append(out, "link "+strings.TrimSuffix(f[1], ":"))
+		}
+	}
+	routes, err := exec.CommandContext(ctx, "ip", "-o", "route", "show", "table", "all").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip route show: %w", err)
+	}
+	for _, r := range strings.Split(string(routes), "\n") {
+		if strings.Contains(r, "10.244.") {
+			out = append(out, "route "+r)
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	self := strconv.Itoa(os.Getpid())
+	for _, p := range procs {
+		if strings.Split(p, "/")[2] == self {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		for _, m := range marks {
+			if strings.Contains(cmd, m) {
+				out = append(out, fmt.Sprintf("process %s: %s", strings.Split(p, "/")[2], cmd))
+			}
+		}
+	}
+	for _, n := range []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", "nodes"} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			out = append(out, "file "+filepath.Join(dir, n))
+		}
+	}
+	return out, nil
+}
