@@ -67,9 +67,10 @@ vet:
 # real local cluster, one package at a time: clusters share the pod network.
 UNIT := $$($(GO) list ./... | grep -v /e2e)
 E2E  := ./measure/e2e/... ./deploy/e2e/...
-test: fmt-check vet build
+test: fmt-check vet build cluster
 	$(GO) test -race -count=1 -timeout 20m $(UNIT)
 	$(GO) test -race -p 1 -count=1 -timeout 40m $(E2E)
+	cd deploy/local && $(GO) vet $(LOCAL_TEST_PKGS) && $(GO) test -race -p 1 -count=1 -timeout 30m $(LOCAL_TEST_PKGS)
 
 # bench prints the figures from one run on this machine:
 # the load generator against vegeta at equal rate and connections
