@@ -112,23 +112,39 @@ func removeOwned(dir string, withLogs bool) error {
 // live run is using.
 const machineLock = "/run/epwindow-local.lock"
 
-func lockMachine() (*os.File, error) {
+func lockMachine(ctx context.Context, stderr io.Writer) (*os.File, error) {
 	f, err := os.OpenFile(machineLock, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s (run as root): %w", machineLock, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("another epwindow-local up is running on this machine (%s is locked): stop it first", machineLock)
+	told := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", machineLock, err)
+		}
+		if !told {
+			fmt.Fprintf(stderr, "waiting for another epwindow-local up on this machine to stop (%s is locked)\n", machineLock)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return f, nil
 }
 
 // up runs the cluster until ctx ends or a component fails, then tears it
 // all down. It returns nil after a teardown caused by ctx (a signal).
 func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 	start := time.Now()
-	lock, err := lockMachine()
+	lock, err := lockMachine(ctx, os.Stderr)
 	if err != nil {
 		return err
 	}
