@@ -104,10 +104,32 @@ func (a *agent) registerNode(ctx context.Context, name, podCIDR string) error {
 		return fmt.Errorf("register node %s: %w", name, err)
 	}
 	created.Status = want.Status
-	if _, err := nodes.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	if created, err = nodes.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("set status of node %s: %w", name, err)
 	}
+	// The TaintNodesByCondition admission plugin taints every new Node
+	// not-ready:NoSchedule (plugin/pkg/admission/nodetaint); the
+	// node-lifecycle controller removes it once the node is Ready. The
+	// local cluster need not run that controller, so the agent, whose
+	// nodes are Ready from the start, removes it itself.
+	if kept := withoutNotReady(created.Spec.Taints); len(kept) != len(created.Spec.Taints) {
+		created.Spec.Taints = kept
+		if _, err := nodes.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("remove the not-ready taint of node %s: %w", name, err)
+		}
+	}
 	return nil
+}
+
+// withoutNotReady drops the node.kubernetes.io/not-ready taints.
+func withoutNotReady(taints []v1.Taint) []v1.Taint {
+	var out []v1.Taint
+	for _, t := range taints {
+		if t.Key != v1.TaintNodeNotReady {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // heartbeat keeps one node Ready until ctx ends: Lease renewals and
