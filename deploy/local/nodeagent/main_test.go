@@ -23,13 +23,25 @@ func TestMain(m *testing.M) {
 		case testAppArg:
 			testApp(os.Args[2:])
 			return
+		case testGetArg:
+			// An exec hook: GET a URL from inside the pod.
+			resp, err := http.Get(os.Args[2])
+			if err != nil || resp.StatusCode != 200 {
+				fmt.Fprintln(os.Stderr, "get:", err)
+				os.Exit(1)
+			}
+			os.Exit(0)
 		}
 	}
 	os.Exit(m.Run())
 }
 
-// testAppArg makes the test binary a container app (see testApp).
-const testAppArg = "testapp"
+// testAppArg makes the test binary a container app (see testApp);
+// testGetArg makes it an HTTP GET for exec hooks.
+const (
+	testAppArg = "testapp"
+	testGetArg = "testget"
+)
 
 // appReport is what the test app writes as its termination message.
 type appReport struct {
@@ -46,6 +58,9 @@ type appReport struct {
 // keeps running until killed.
 func testApp(args []string) {
 	ignore := len(args) > 0 && args[0] == "ignore-term"
+	if len(args) > 0 && args[0] == "exit-3" {
+		os.Exit(3)
+	}
 	var mu sync.Mutex
 	rep := appReport{Env: map[string]string{}, UID: os.Getuid()}
 	for _, k := range []string{"POD_NAME", "POD_NAMESPACE", "POD_IP", "NODE_NAME", "GREETING", "PATH"} {

@@ -47,6 +47,7 @@ type podWorker struct {
 	ns     string // network namespace path, for the kubelet API
 	notify chan struct{}
 	events chan func()
+	quit   chan struct{} // closed when run returns
 
 	pod        *v1.Pod
 	dir        string
@@ -70,6 +71,7 @@ func newPodWorker(a *agent, pod *v1.Pod) *podWorker {
 		latest: pod,
 		notify: make(chan struct{}, 1),
 		events: make(chan func(), 64),
+		quit:   make(chan struct{}),
 		conds:  map[v1.PodConditionType]condState{},
 	}
 }
@@ -100,6 +102,7 @@ func (w *podWorker) update(pod *v1.Pod) {
 func (w *podWorker) post(ctx context.Context, f func()) {
 	select {
 	case w.events <- f:
+	case <-w.quit:
 	case <-ctx.Done():
 	}
 }
@@ -107,6 +110,7 @@ func (w *podWorker) post(ctx context.Context, f func()) {
 // run drives the pod until it is gone, or until ctx ends (agent shutdown:
 // everything is killed at once and the network removed).
 func (w *podWorker) run(ctx context.Context) {
+	defer close(w.quit)
 	w.mu.Lock()
 	w.pod = w.latest
 	w.mu.Unlock()
