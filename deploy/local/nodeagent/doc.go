@@ -37,7 +37,12 @@
 // only the bridge subnet. The bridge is never given a gateway role by the
 // plugin (isGateway false), so the host's ip_forward setting is left alone.
 //
+// Init containers run one at a time, to completion, before the others.
+// Exec hooks and probes run in the pod's network namespace as the
+// container's user, in a mount namespace of their own.
+//
 // It does not pull images, mount volumes, run liveness or startup probes,
-// postStart hooks, init containers, resource limits (cgroups), or PID/IPC
-// namespaces, and it does not inject Service environment variables.
+// postStart hooks, sidecar (restartable init) containers, resource limits
+// (cgroups), or PID/IPC namespaces, and it does not inject Service
+// environment variables.
 package nodeagent

@@ -127,3 +127,28 @@ func TestExitedContainerIsRestartedWithBackoff(t *testing.T) {
 		t.Errorf("phase %s, want Running (restartPolicy Always)", p.Status.Phase)
 	}
 }
+
+func TestInitContainersRunFirst(t *testing.T) {
+	client, _ := startTestAgent(t)
+	pod := testPod("inity-8")
+	init := pod.Spec.Containers[0]
+	init.Name, init.Args = "init", []string{"exit-0"}
+	init.ReadinessProbe, init.Lifecycle, init.Ports = nil, nil, nil
+	pod.Spec.InitContainers = []v1.Container{init}
+	if _, err := client.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, client, pod.Name, 30*time.Second, "Ready", func(p *v1.Pod, _ watch.EventType) bool { return podReady(p) })
+	ics := p.Status.InitContainerStatuses
+	if len(ics) != 1 || ics[0].State.Terminated == nil || ics[0].State.Terminated.ExitCode != 0 {
+		t.Fatalf("init container status %+v, want terminated with 0", ics)
+	}
+	if !ics[0].State.Terminated.FinishedAt.Time.After(time.Time{}) || p.Status.ContainerStatuses[0].State.Running == nil {
+		t.Fatalf("app not running after init: %+v", p.Status.ContainerStatuses)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodInitialized && c.Status != v1.ConditionTrue {
+			t.Errorf("Initialized = %s", c.Status)
+		}
+	}
+}

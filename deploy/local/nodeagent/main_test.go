@@ -61,6 +61,9 @@ func testApp(args []string) {
 	if len(args) > 0 && args[0] == "exit-3" {
 		os.Exit(3)
 	}
+	if len(args) > 0 && args[0] == "exit-0" {
+		os.Exit(0)
+	}
 	var mu sync.Mutex
 	rep := appReport{Env: map[string]string{}, UID: os.Getuid()}
 	for _, k := range []string{"POD_NAME", "POD_NAMESPACE", "POD_IP", "NODE_NAME", "GREETING", "PATH"} {

@@ -22,6 +22,8 @@ import (
 type container struct {
 	spec     v1.Container
 	view     containerView
+	init     bool // an init container: runs to completion before the others
+	done     bool // an init container that exited 0
 	proc     *proc
 	run      int                // increments at each start
 	stopProb context.CancelFunc // stops the readiness prober of this run
@@ -118,9 +120,14 @@ func (w *podWorker) run(ctx context.Context) {
 	w.dir = podDir(w.a.cfg, w.pod)
 	w.status = newStatusSyncer(w.a, w.pod, w.log)
 	go w.status.run(ctx)
-	for i := range w.pod.Spec.Containers {
-		c := &container{spec: w.pod.Spec.Containers[i]}
-		c.view = containerView{Name: c.spec.Name, Image: c.spec.Image, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
+	inits := len(w.pod.Spec.InitContainers)
+	for i, spec := range append(append([]v1.Container(nil), w.pod.Spec.InitContainers...), w.pod.Spec.Containers...) {
+		c := &container{spec: spec, init: i < inits}
+		reason := "ContainerCreating"
+		if inits > 0 {
+			reason = "PodInitializing"
+		}
+		c.view = containerView{Name: c.spec.Name, Image: c.spec.Image, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: reason}}}
 		c.termFile = filepath.Join(w.dir, c.spec.Name+".termination-log")
 		c.logFile = filepath.Join(w.dir, c.spec.Name+".log")
 		w.containers = append(w.containers, c)
@@ -220,7 +227,19 @@ func (w *podWorker) startDue(ctx context.Context) {
 	}
 	now := w.a.clock.Now()
 	for _, c := range w.containers {
+		if c.init && c.done {
+			continue
+		}
+		if c.init && c.proc != nil {
+			return // init containers run one at a time, in order
+		}
+		if !c.init && !w.initDone() {
+			return
+		}
 		if c.proc != nil || c.noMore || now.Before(c.nextTry) {
+			if c.init {
+				return
+			}
 			continue
 		}
 		if err := w.start(ctx, c); err != nil {
@@ -228,7 +247,20 @@ func (w *podWorker) startDue(ctx context.Context) {
 			c.view.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}}
 			c.nextTry = now.Add(10 * time.Second)
 		}
+		if c.init {
+			return
+		}
 	}
+}
+
+// initDone reports whether every init container has exited 0.
+func (w *podWorker) initDone() bool {
+	for _, c := range w.containers {
+		if c.init && !c.done {
+			return false
+		}
+	}
+	return true
 }
 
 // start starts one container process and its readiness prober.
@@ -356,8 +388,22 @@ func (w *podWorker) exited(c *container, run int) {
 		c.noMore = true
 		return
 	}
-	if !shouldRestart(w.pod.Spec.RestartPolicy, p.exit.Code) {
+	if c.init && p.exit.Code == 0 {
+		c.done, c.noMore = true, true
+		return
+	}
+	policy := w.pod.Spec.RestartPolicy
+	if c.init && policy == v1.RestartPolicyAlways {
+		policy = v1.RestartPolicyOnFailure // init containers rerun only on failure
+	}
+	if !shouldRestart(policy, p.exit.Code) {
 		c.noMore = true
+		if c.init {
+			// A failed init container under restartPolicy Never fails the pod.
+			for _, o := range w.containers {
+				o.noMore = true
+			}
+		}
 		return
 	}
 	if p.exit.Finished.Sub(p.started) >= backoffReset {
@@ -506,8 +552,12 @@ func (w *podWorker) finishedTermination() bool {
 
 // view is the pod as buildStatus sees it.
 func (w *podWorker) view() podView {
-	v := podView{HostIP: w.a.hostIP, PodIP: w.podIP, StartTime: w.started, NetworkReady: w.nsPath != "", Terminal: w.terminal}
+	v := podView{HostIP: w.a.hostIP, PodIP: w.podIP, StartTime: w.started, NetworkReady: w.nsPath != "", Terminal: w.terminal, InitDone: w.initDone()}
 	for _, c := range w.containers {
+		if c.init {
+			v.InitContainers = append(v.InitContainers, c.view)
+			continue
+		}
 		v.Containers = append(v.Containers, c.view)
 	}
 	w.conds = updateConditions(w.conds, wantConditions(v), w.a.clock.Now())

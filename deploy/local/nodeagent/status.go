@@ -30,6 +30,9 @@ type podView struct {
 	// (deletion finished, or they exited and will not restart).
 	Terminal   bool
 	Containers []containerView
+	// InitContainers run before Containers; InitDone once all exited 0.
+	InitContainers []containerView
+	InitDone       bool
 	// Conditions carries each owned condition's status and its last
 	// transition (see updateConditions).
 	Conditions map[v1.PodConditionType]condState
@@ -55,7 +58,7 @@ func wantConditions(v podView) map[v1.PodConditionType]bool {
 	}
 	return map[v1.PodConditionType]bool{
 		v1.PodReadyToStartContainers: v.NetworkReady && !v.Terminal,
-		v1.PodInitialized:            true,
+		v1.PodInitialized:            v.InitDone,
 		v1.ContainersReady:           ready,
 		v1.PodReady:                  ready,
 	}
@@ -88,7 +91,7 @@ func podPhase(v podView) v1.PodPhase {
 		}
 		return v1.PodSucceeded
 	}
-	if len(v.Containers) == 0 {
+	if len(v.Containers) == 0 || !v.InitDone {
 		return v1.PodPending
 	}
 	for _, c := range v.Containers {
@@ -125,6 +128,9 @@ func buildStatus(v podView) v1.PodStatus {
 			st = v1.ConditionTrue
 		}
 		cond := v1.PodCondition{Type: t, Status: st, LastTransitionTime: metav1.NewTime(c.Since)}
+		if !c.Status && t == v1.PodInitialized {
+			cond.Reason = "ContainersNotInitialized"
+		}
 		if !c.Status && (t == v1.ContainersReady || t == v1.PodReady) {
 			cond.Reason = "ContainersNotReady"
 			if v.Terminal {
@@ -132,6 +138,21 @@ func buildStatus(v podView) v1.PodStatus {
 			}
 		}
 		s.Conditions = append(s.Conditions, cond)
+	}
+	for _, c := range v.InitContainers {
+		started := c.State.Running != nil
+		done := c.State.Terminated != nil && c.State.Terminated.ExitCode == 0
+		s.InitContainerStatuses = append(s.InitContainerStatuses, v1.ContainerStatus{
+			Name:                 c.Name,
+			Image:                c.Image,
+			ImageID:              c.Image,
+			ContainerID:          c.ContainerID,
+			State:                c.State,
+			LastTerminationState: c.LastState,
+			Ready:                done,
+			RestartCount:         c.RestartCount,
+			Started:              &started,
+		})
 	}
 	for _, c := range v.Containers {
 		started := c.State.Running != nil

@@ -30,10 +30,11 @@ func TestPodPhase(t *testing.T) {
 		v    podView
 		want v1.PodPhase
 	}{
-		{"not started", podView{Containers: []containerView{waiting}}, v1.PodPending},
-		{"one of two started", podView{Containers: []containerView{running(true), waiting}}, v1.PodPending},
-		{"running", podView{Containers: []containerView{running(false)}}, v1.PodRunning},
-		{"exited, restarting", podView{Containers: []containerView{restarting}}, v1.PodRunning},
+		{"not started", podView{InitDone: true, Containers: []containerView{waiting}}, v1.PodPending},
+		{"one of two started", podView{InitDone: true, Containers: []containerView{running(true), waiting}}, v1.PodPending},
+		{"init containers running", podView{InitContainers: []containerView{running(false)}, Containers: []containerView{waiting}}, v1.PodPending},
+		{"running", podView{InitDone: true, Containers: []containerView{running(false)}}, v1.PodRunning},
+		{"exited, restarting", podView{InitDone: true, Containers: []containerView{restarting}}, v1.PodRunning},
 		{"terminal, all 0", podView{Terminal: true, Containers: []containerView{exited(0), exited(0)}}, v1.PodSucceeded},
 		{"terminal, one killed", podView{Terminal: true, Containers: []containerView{exited(0), exited(137)}}, v1.PodFailed},
 		{"terminal, never ran", podView{Terminal: true, Containers: []containerView{waiting}}, v1.PodFailed},
@@ -58,8 +59,8 @@ func TestUpdateConditionsKeepsTransitionTimes(t *testing.T) {
 }
 
 func TestBuildStatus(t *testing.T) {
-	v := podView{HostIP: "127.0.0.1", PodIP: "10.244.1.7", StartTime: t0, NetworkReady: true,
-		Containers: []containerView{running(true)}}
+	v := podView{HostIP: "127.0.0.1", PodIP: "10.244.1.7", StartTime: t0, NetworkReady: true, InitDone: true,
+		InitContainers: []containerView{exited(0)}, Containers: []containerView{running(true)}}
 	v.Conditions = updateConditions(nil, wantConditions(v), t0)
 	s := buildStatus(v)
 	if s.Phase != v1.PodRunning || s.PodIP != "10.244.1.7" || len(s.PodIPs) != 1 || s.PodIPs[0].IP != s.PodIP ||
@@ -77,6 +78,9 @@ func TestBuildStatus(t *testing.T) {
 	}
 	if _, ok := got[v1.PodScheduled]; ok {
 		t.Error("PodScheduled belongs to the scheduler, not the agent")
+	}
+	if len(s.InitContainerStatuses) != 1 || s.InitContainerStatuses[0].State.Terminated == nil {
+		t.Errorf("init container statuses %+v", s.InitContainerStatuses)
 	}
 	cs := s.ContainerStatuses[0]
 	if !cs.Ready || cs.Started == nil || !*cs.Started || cs.State.Running == nil {
