@@ -37,7 +37,10 @@ type agent struct {
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
-	wg      sync.WaitGroup
+	// finished holds pods whose worker is done, so that late events
+	// (the agent's own status patch, the deletion) start no new worker.
+	finished map[types.UID]bool
+	wg       sync.WaitGroup
 }
 
 // Run registers the nodes, keeps them Ready and runs the pods bound to
@@ -57,14 +60,15 @@ func run(ctx context.Context, cfg Config, registered func()) error {
 		return err
 	}
 	a := &agent{
-		cfg:     cfg,
-		client:  cfg.Client,
-		log:     cfg.Log,
-		clock:   clock.RealClock{},
-		net:     newPodNetwork(cfg),
-		hostIP:  hostIP,
-		workers: map[types.UID]*podWorker{},
-		nodes:   map[string]bool{},
+		cfg:      cfg,
+		client:   cfg.Client,
+		log:      cfg.Log,
+		clock:    clock.RealClock{},
+		net:      newPodNetwork(cfg),
+		hostIP:   hostIP,
+		workers:  map[types.UID]*podWorker{},
+		finished: map[types.UID]bool{},
+		nodes:    map[string]bool{},
 	}
 	for _, n := range cfg.Nodes {
 		a.nodes[n] = true
@@ -143,7 +147,7 @@ func (a *agent) onPod(ctx context.Context, obj any) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || a.finished[pod.UID] {
 		return
 	}
 	if w, ok := a.workers[pod.UID]; ok {
@@ -158,6 +162,7 @@ func (a *agent) onPod(ctx context.Context, obj any) {
 		w.run(ctx)
 		a.mu.Lock()
 		delete(a.workers, pod.UID)
+		a.finished[pod.UID] = true
 		a.mu.Unlock()
 	}()
 }
@@ -173,6 +178,7 @@ func (a *agent) onPodDeleted(obj any) {
 	}
 	a.mu.Lock()
 	w := a.workers[pod.UID]
+	delete(a.finished, pod.UID)
 	a.mu.Unlock()
 	if w != nil {
 		w.update(nil)

@@ -62,6 +62,7 @@ type podWorker struct {
 	terminal   bool
 	termStart  time.Time // zero until termination began
 	grace      int64
+	killBy     time.Time // a shortened deadline, zero if none
 	status     *statusSyncer
 }
 

@@ -18,15 +18,23 @@ func (w *podWorker) beginTermination(ctx context.Context) {
 		grace = podGracePeriod(w.pod)
 	}
 	if !w.termStart.IsZero() {
-		if w.pod == nil || grace < w.grace {
-			w.grace = grace
-			by := now.Add(time.Duration(max(grace, minimumGracePeriod)) * time.Second)
-			for _, c := range w.containers {
-				if c.killing {
-					select {
-					case c.hurry <- by:
-					default:
-					}
+		if w.pod != nil && grace >= w.grace {
+			return
+		}
+		// A shorter grace period (or a force delete): everything must be
+		// dead by now + the new grace (at least the 2 s minimum), unless
+		// an earlier deadline was already set.
+		w.grace = min(grace, w.grace)
+		by := now.Add(time.Duration(max(grace, minimumGracePeriod)) * time.Second)
+		if !w.killBy.IsZero() && !by.Before(w.killBy) {
+			return
+		}
+		w.killBy = by
+		for _, c := range w.containers {
+			if c.killing {
+				select {
+				case c.hurry <- by:
+				default:
 				}
 			}
 		}
