@@ -43,6 +43,11 @@ func apiserverArgs(p *PKI, etcdURL string) []string {
 		"--kubelet-client-certificate=" + p.KubeletClientCertFile,
 		"--kubelet-client-key=" + p.KubeletClientKeyFile,
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		// TaintNodesByCondition taints every new Node not-ready; only the
+		// node-lifecycle controller (left out: the node agent keeps Nodes
+		// Ready) would lift it, so pods would never schedule
+		// (plugin/pkg/admission/nodetaint/admission.go).
+		"--disable-admission-plugins=TaintNodesByCondition",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 		"--allow-privileged=true",
