@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -31,6 +32,7 @@ type agent struct {
 	clock    clock.Clock
 	net      *podNetwork
 	hostIP   string
+	podCIDR  netip.Prefix
 	port     int
 	shimPath string
 	nodes    map[string]bool

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -187,5 +188,17 @@ func TestTerminationMessage(t *testing.T) {
 	}
 	if got := terminationMessage(term, logf, "File", 2); got != "" {
 		t.Errorf("policy File used logs: %q", got)
+	}
+}
+
+func TestCheckTargetStaysOnMachine(t *testing.T) {
+	cidr := netip.MustParsePrefix("10.244.0.0/16")
+	for host, ok := range map[string]bool{
+		"": true, "localhost": true, "127.0.0.1": true, "::1": true, "10.244.3.4": true,
+		"10.245.0.1": false, "192.0.2.1": false, "8.8.8.8": false, "example.com": false,
+	} {
+		if err := checkTarget(host, cidr); (err == nil) != ok {
+			t.Errorf("checkTarget(%q) = %v, want allowed=%v", host, err, ok)
+		}
 	}
 }

@@ -460,8 +460,14 @@ func (w *podWorker) readinessLoop(ctx context.Context, c *container, run int, st
 func (w *podWorker) probeOnce(ctx context.Context, c *container, p *v1.Probe, timeout time.Duration) error {
 	switch {
 	case p.HTTPGet != nil:
+		if err := checkTarget(p.HTTPGet.Host, w.a.podCIDR); err != nil {
+			return err
+		}
 		return httpGet(ctx, p.HTTPGet, &c.spec, w.podIP, probeUserAgent, timeout)
 	case p.TCPSocket != nil:
+		if err := checkTarget(p.TCPSocket.Host, w.a.podCIDR); err != nil {
+			return err
+		}
 		return tcpConnect(ctx, p.TCPSocket, &c.spec, w.podIP, timeout)
 	case p.Exec != nil:
 		return w.execIn(ctx, c, p.Exec.Command, timeout)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"time"
@@ -152,11 +153,17 @@ func httpGet(ctx context.Context, h *v1.HTTPGetAction, c *v1.Container, podIP, u
 		}
 		req.Header.Set(hd.Name, hd.Value)
 	}
-	client := &http.Client{Transport: &http.Transport{
-		DisableKeepAlives: true,
-		Proxy:             nil,
-		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // kubelet probes skip verification too
-	}}
+	client := &http.Client{
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			Proxy:             nil,
+			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // kubelet probes skip verification too
+		},
+		// Never follow a redirect: it could point off this machine. A 3xx
+		// counts as success, as the kubelet counts a redirect to another
+		// host (pkg/probe/http/http.go).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
@@ -185,6 +192,23 @@ func tcpConnect(ctx context.Context, t *v1.TCPSocketAction, c *v1.Container, pod
 		return err
 	}
 	return conn.Close()
+}
+
+// checkTarget allows a probe or hook only to reach loopback or a pod
+// address: the agent never sends anything off this machine, whatever a
+// manifest's host field says. Host names are not resolved.
+func checkTarget(host string, podCIDR netip.Prefix) error {
+	if host == "" || host == "localhost" {
+		return nil
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return fmt.Errorf("host %q: only IP addresses in %s or loopback are probed here", host, podCIDR)
+	}
+	if a.IsLoopback() || podCIDR.Contains(a.Unmap()) {
+		return nil
+	}
+	return fmt.Errorf("host %s is outside %s and loopback: not probed (traffic stays on this machine)", a, podCIDR)
 }
 
 // errNoAction is returned for a probe or hook without a supported action.

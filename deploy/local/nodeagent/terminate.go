@@ -142,6 +142,9 @@ func (w *podWorker) kill(ctx context.Context, c *container, p *proc, grace int64
 func (w *podWorker) runHook(ctx context.Context, c *container, h *v1.LifecycleHandler, timeout time.Duration) error {
 	switch {
 	case h.HTTPGet != nil:
+		if err := checkTarget(h.HTTPGet.Host, w.a.podCIDR); err != nil {
+			return err
+		}
 		return httpGet(ctx, h.HTTPGet, &c.spec, w.podIP, hookUserAgent, timeout)
 	case h.Sleep != nil:
 		select {
@@ -153,6 +156,9 @@ func (w *podWorker) runHook(ctx context.Context, c *container, h *v1.LifecycleHa
 	case h.Exec != nil:
 		return w.execIn(ctx, c, h.Exec.Command, timeout)
 	case h.TCPSocket != nil:
+		if err := checkTarget(h.TCPSocket.Host, w.a.podCIDR); err != nil {
+			return err
+		}
 		return tcpConnect(ctx, h.TCPSocket, &c.spec, w.podIP, timeout)
 	}
 	return errNoAction
