@@ -1,0 +1,313 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// startDue starts every container whose (re)start is due.
+func (w *podWorker) startDue(ctx context.Context) {
+	if w.nsPath == "" {
+		w.setupNetwork(ctx)
+		if w.nsPath == "" {
+			for _, c := range w.containers {
+				c.view.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating", Message: fmt.Sprint(w.netErr)}}
+				c.nextTry = w.a.clock.Now().Add(5 * time.Second)
+			}
+			return
+		}
+	}
+	now := w.a.clock.Now()
+	for _, c := range w.containers {
+		if c.init && c.done {
+			continue
+		}
+		if c.init && c.proc != nil {
+			return // init containers run one at a time, in order
+		}
+		if !c.init && !w.initDone() {
+			return
+		}
+		if c.proc != nil || c.noMore || now.Before(c.nextTry) {
+			if c.init {
+				return
+			}
+			continue
+		}
+		if err := w.start(ctx, c); err != nil {
+			w.log.Error("start container", "container", c.spec.Name, "err", err)
+			c.view.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}}
+			c.nextTry = now.Add(10 * time.Second)
+		}
+		if c.init {
+			return
+		}
+	}
+}
+
+// initDone reports whether every init container has exited 0.
+func (w *podWorker) initDone() bool {
+	for _, c := range w.containers {
+		if c.init && !c.done {
+			return false
+		}
+	}
+	return true
+}
+
+// start starts one container process and its readiness prober.
+func (w *podWorker) start(ctx context.Context, c *container) error {
+	info := podRuntimeInfo{PodIP: w.podIP, HostIP: w.a.hostIP}
+	env, err := containerEnv(ctx, w.a.client, w.pod, &c.spec, info)
+	if err != nil {
+		return err
+	}
+	path, argv, err := containerCommand(w.a.cfg.BinDir, &c.spec, env)
+	if err != nil {
+		return err
+	}
+	spec := shimSpec{NetNS: w.nsPath, Hostname: w.pod.Name, Path: path, Args: argv, Env: env, Dir: c.spec.WorkingDir}
+	if err := applySecurity(&spec, w.pod, &c.spec); err != nil {
+		return err
+	}
+	if c.spec.TerminationMessagePath != "" {
+		// Fresh, world-writable file per run, as the kubelet makes it
+		// (kuberuntime_container.go, makeMounts: chmod 0666).
+		if err := os.WriteFile(c.termFile, nil, 0o666); err != nil {
+			return fmt.Errorf("termination message file: %w", err)
+		}
+		if err := os.Chmod(c.termFile, 0o666); err != nil {
+			return err
+		}
+		spec.TermLog, spec.TermPath = c.termFile, c.spec.TerminationMessagePath
+	}
+	p, err := startProc(w.a.shimPath, spec, c.logFile)
+	if err != nil {
+		return err
+	}
+	c.run++
+	c.proc = p
+	if c.view.Ever {
+		c.view.RestartCount++
+	}
+	c.view.Ever = true
+	c.view.ContainerID = fmt.Sprintf("epwindow://%s-%s-%d", w.uid, c.spec.Name, c.run)
+	c.view.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(p.started)}}
+	c.view.Ready = c.spec.ReadinessProbe == nil
+	w.log.Info("container started", "container", c.spec.Name, "pid", p.cmd.Process.Pid, "path", path)
+	pctx, cancel := context.WithCancel(ctx)
+	c.stopProb = cancel
+	if c.spec.ReadinessProbe != nil {
+		go w.readinessLoop(pctx, c, c.run, p.started)
+	}
+	run := c.run
+	go func() {
+		<-p.done
+		w.post(ctx, func() { w.exited(c, run) })
+	}()
+	return nil
+}
+
+// applySecurity copies runAsUser/runAsGroup, supplemental groups and
+// readOnlyRootFilesystem from the container's and the pod's security context.
+func applySecurity(spec *shimSpec, pod *v1.Pod, c *v1.Container) error {
+	var uid, gid *int64
+	var groups []int
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		uid, gid = psc.RunAsUser, psc.RunAsGroup
+		for _, g := range psc.SupplementalGroups {
+			groups = append(groups, int(g))
+		}
+		if psc.FSGroup != nil {
+			groups = append(groups, int(*psc.FSGroup))
+		}
+	}
+	if sc := c.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			uid = sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			gid = sc.RunAsGroup
+		}
+		spec.ReadOnlyRoot = sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
+	}
+	if uid == nil && gid == nil {
+		return nil
+	}
+	spec.SetUser = true
+	if uid != nil {
+		spec.UID = int(*uid)
+	}
+	if gid != nil {
+		spec.GID = int(*gid)
+	}
+	spec.Groups = groups
+	return nil
+}
+
+// exited records a container's exit and schedules its restart.
+func (w *podWorker) exited(c *container, run int) {
+	if run != c.run || c.proc == nil {
+		return
+	}
+	p := c.proc
+	c.proc = nil
+	if c.stopProb != nil {
+		c.stopProb()
+	}
+	msg := terminationMessage(c.termFile, c.logFile, string(c.spec.TerminationMessagePolicy), p.exit.Code)
+	reason := "Completed"
+	if p.exit.Code != 0 {
+		reason = "Error"
+	}
+	t := &v1.ContainerStateTerminated{
+		ExitCode:    p.exit.Code,
+		Reason:      reason,
+		Message:     msg,
+		StartedAt:   metav1.NewTime(p.started),
+		FinishedAt:  metav1.NewTime(p.exit.Finished),
+		ContainerID: c.view.ContainerID,
+	}
+	c.view.State = v1.ContainerState{Terminated: t}
+	c.view.Ready = false
+	if p.exit.Code == 128 {
+		// The shim could not start it: its reason is the log's last line.
+		tail, _ := readTail(c.logFile, 512)
+		w.log.Error("container failed to start", "container", c.spec.Name, "log_tail", string(tail))
+	}
+	w.log.Info("container exited", "container", c.spec.Name, "code", p.exit.Code, "ran", p.exit.Finished.Sub(p.started))
+	if !w.termStart.IsZero() || c.noMore {
+		c.noMore = true
+		return
+	}
+	if c.init && p.exit.Code == 0 {
+		c.done, c.noMore = true, true
+		return
+	}
+	policy := w.pod.Spec.RestartPolicy
+	if c.init && policy == v1.RestartPolicyAlways {
+		policy = v1.RestartPolicyOnFailure // init containers rerun only on failure
+	}
+	if !shouldRestart(policy, p.exit.Code) {
+		c.noMore = true
+		if c.init {
+			// A failed init container under restartPolicy Never fails the pod.
+			for _, o := range w.containers {
+				o.noMore = true
+			}
+		}
+		return
+	}
+	if p.exit.Finished.Sub(p.started) >= backoffReset {
+		c.restarts = 0
+	}
+	delay := restartDelay(c.restarts)
+	c.restarts++
+	c.nextTry = w.a.clock.Now().Add(delay)
+	c.view.LastState = v1.ContainerState{Terminated: t}
+	if delay > 0 {
+		c.view.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{
+			Reason:  "CrashLoopBackOff",
+			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", delay, c.spec.Name, w.pod.Name, w.pod.Namespace, w.uid),
+		}}
+	}
+}
+
+// readinessLoop probes a container run every period and posts changes of
+// its readiness result. It keeps going while the pod terminates, as the
+// kubelet's readiness workers do, and stops when the run ends.
+func (w *podWorker) readinessLoop(ctx context.Context, c *container, run int, started time.Time) {
+	probe := c.spec.ReadinessProbe
+	pp := paramsOf(probe)
+	var st probeState
+	ticker := time.NewTicker(pp.Period)
+	defer ticker.Stop()
+	last := false
+	for {
+		if time.Since(started) >= pp.InitialDelay {
+			err := w.probeOnce(ctx, c, probe, pp.Timeout)
+			if ctx.Err() != nil {
+				return
+			}
+			ready := st.observe(err == nil, pp)
+			if ready != last {
+				last = ready
+				w.log.Info("readiness", "container", c.spec.Name, "ready", ready, "err", err)
+				w.post(ctx, func() {
+					if c.run == run && c.proc != nil {
+						c.view.Ready = ready
+					}
+				})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+func (w *podWorker) probeOnce(ctx context.Context, c *container, p *v1.Probe, timeout time.Duration) error {
+	switch {
+	case p.HTTPGet != nil:
+		if err := checkTarget(p.HTTPGet.Host, w.a.podCIDR); err != nil {
+			return err
+		}
+		return httpGet(ctx, p.HTTPGet, &c.spec, w.podIP, probeUserAgent, timeout)
+	case p.TCPSocket != nil:
+		if err := checkTarget(p.TCPSocket.Host, w.a.podCIDR); err != nil {
+			return err
+		}
+		return tcpConnect(ctx, p.TCPSocket, &c.spec, w.podIP, timeout)
+	case p.Exec != nil:
+		return w.execIn(ctx, c, p.Exec.Command, timeout)
+	}
+	return errNoAction
+}
+
+// execIn runs command inside the container's namespaces and user, like a
+// CRI ExecSync, and fails on a non-zero exit or at the timeout.
+func (w *podWorker) execIn(ctx context.Context, c *container, command []string, timeout time.Duration) error {
+	info := podRuntimeInfo{PodIP: w.podIP, HostIP: w.a.hostIP}
+	env, err := containerEnv(ctx, w.a.client, w.pod, &c.spec, info)
+	if err != nil {
+		return err
+	}
+	cc := c.spec
+	cc.Command, cc.Args = command, nil
+	path, argv, err := containerCommand(w.a.cfg.BinDir, &cc, env)
+	if err != nil {
+		return err
+	}
+	spec := shimSpec{NetNS: w.nsPath, Hostname: w.pod.Name, Path: path, Args: argv, Env: env, Dir: c.spec.WorkingDir}
+	if err := applySecurity(&spec, w.pod, &c.spec); err != nil {
+		return err
+	}
+	spec.ReadOnlyRoot = false
+	p, err := startProc(w.a.shimPath, spec, c.logFile)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("exec %q timed out after %s", command, timeout)
+	case <-ctx.Done():
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		return ctx.Err()
+	}
+	if p.exit.Code != 0 {
+		return fmt.Errorf("exec %q exited %d", command, p.exit.Code)
+	}
+	return nil
+}
