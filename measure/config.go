@@ -98,6 +98,10 @@ type Config struct {
 
 	Image string
 	Keep  bool
+	// Overlay picks the manifest overlay ("" = by IngressClass); Labels go
+	// on every object created.
+	Overlay string
+	Labels  map[string]string
 
 	// PreStop makes the probe pods carry the preStop httpGet to /prestop;
 	// PreStopSleep makes that hook sleep (applying a recommendation).
@@ -152,6 +156,9 @@ func (c *Config) Validate() error {
 	if c.Rate <= 0 {
 		add("--%s (%g) must be above 0 requests per second", FlagRate, c.Rate)
 	}
+	if c.GraceMargin <= 0 {
+		add("--%s (%s) must be above 0: the kubelet would kill the probe as its hold ends", FlagGraceMargin, c.GraceMargin)
+	}
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
@@ -180,15 +187,4 @@ func (c *Config) Validate() error {
 		c.Clock = clock.RealClock{}
 	}
 	return errors.Join(errs...)
-}
-
-// GracePeriod is the probe pods' terminationGracePeriodSeconds: the preStop
-// sleep (the grace period includes preStop time), the hold and the margin,
-// rounded up to whole seconds (the field is an integer).
-func (c *Config) GracePeriod() time.Duration {
-	g := c.PreStopSleep + c.Hold + c.GraceMargin
-	if r := g % time.Second; r != 0 {
-		g += time.Second - r
-	}
-	return g
 }

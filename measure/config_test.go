@@ -56,11 +56,3 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
-
-func TestGracePeriodRoundsUp(t *testing.T) {
-	c := validConfig()
-	c.Hold, c.GraceMargin = 1500*time.Millisecond, 10*time.Second
-	if got := c.GracePeriod(); got != 12*time.Second {
-		t.Fatalf("GracePeriod() = %s, want 12s", got)
-	}
-}

@@ -93,7 +93,8 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 
 	wl, err := deploy.Render(deploy.Params{
 		Namespace: r.ns, Name: "probe", Replicas: cfg.Replicas, Image: cfg.Image,
-		IngressClass: cfg.IngressClass, Host: cfg.Host, Hold: cfg.Hold, GracePeriod: cfg.GracePeriod(),
+		IngressClass: cfg.IngressClass, Host: cfg.Host, Hold: cfg.Hold, GraceMargin: cfg.GraceMargin,
+		Overlay: cfg.Overlay, Labels: cfg.Labels,
 		PreStop: cfg.PreStop, PreStopSleep: cfg.PreStopSleep, ExitOnSigterm: cfg.ExitOnSigterm,
 		ClockOffset: cfg.ProbeClockOffset, RunID: r.runID,
 	})
@@ -223,6 +224,15 @@ func (r *runner) cleanup() error {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// grace is the probe pods' terminationGracePeriodSeconds as rendered (the
+// preStop sleep, the hold and the margin: deploy.Params.Grace).
+func (r *runner) grace() time.Duration {
+	if g := r.wl.Deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return 30 * time.Second // the API default
+}
 
 func (r *runner) podSelector() labels.Selector {
 	return labels.SelectorFromSet(r.wl.Deployment.Spec.Selector.MatchLabels)

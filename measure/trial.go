@@ -226,7 +226,7 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	r.report(Progress{Phase: "trial", Trial: i, Stage: "delete", Message: "deleting " + pod.Name})
 
 	r.watch.begin(pod, addr)
-	grace := int64(cfg.GracePeriod() / time.Second)
+	grace := int64(r.grace() / time.Second)
 	uid := pod.UID
 	in.t0 = cfg.Clock.Now() // T0: stamped just before DELETE is sent, tool clock.
 	err = cfg.Client.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{
@@ -312,7 +312,7 @@ func (r *runner) follow(ctx context.Context, in trialInput, uid types.UID) (*res
 	r.report(Progress{Phase: "trial", Trial: i, Stage: "released"})
 
 	// Wait for the pod object to go and the address to leave every slice.
-	deadline := time.NewTimer(cfg.GracePeriod() + 30*time.Second)
+	deadline := time.NewTimer(r.grace() + 30*time.Second)
 	defer deadline.Stop()
 wait:
 	for {

@@ -40,18 +40,18 @@ var rbacVariants = []string{"cluster", "namespaced", "observer"}
 // manifests both take them, so that manifests prints what measure applies.
 func workloadFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: measure.FlagReplicas, Value: defaultReplicas, Usage: "probe pods behind the Service"},
-		&cli.StringFlag{Name: measure.FlagIngressClass, Usage: "the Ingress's class; also picks the overlay of that name (default: the cluster's default class)"},
-		&cli.StringFlag{Name: measure.FlagHost, Value: defaultHost, Usage: "the Ingress rule's host (\"\": any host)"},
-		&cli.StringFlag{Name: measure.FlagImage, Value: deploy.DefaultImage, Usage: "probe image, with epwindow on PATH (make image builds one)"},
-		&cli.DurationFlag{Name: measure.FlagHold, Value: defaultHold, Usage: "how long a deleted probe keeps serving unless released"},
-		&cli.DurationFlag{Name: measure.FlagGraceMargin, Value: defaultGraceMargin, Usage: "terminationGracePeriodSeconds = preStop sleep + hold + this"},
-		&cli.BoolFlag{Name: measure.FlagPreStop, Value: true, Usage: "give the probe pods the preStop httpGet /prestop hook (--prestop=false: none)"},
-		&cli.DurationFlag{Name: measure.FlagPreStopSleep, Usage: "make the preStop hook wait this long before SIGTERM (apply a recommendation)"},
-		&cli.BoolFlag{Name: measure.FlagExitOnTerm, Usage: "probes exit at once on SIGTERM: the fast-exiting app"},
-		&cli.DurationFlag{Name: measure.FlagClockOffset, Usage: "fault injection: shift every probe's clock by this much"},
-		&cli.StringFlag{Name: flagOverlay, Usage: fmt.Sprintf("manifest overlay: one of %s or %s (default: by --%s)", strings.Join(deploy.Overlays(), ", "), deploy.BaseOverlay, measure.FlagIngressClass)},
-		&cli.StringSliceFlag{Name: flagLabel, Usage: "extra label KEY=VALUE on every object (repeatable)"},
+		&cli.IntFlag{Name: measure.FlagReplicas, Value: defaultReplicas, Usage: "probe pods behind the Service", Category: "Workload"},
+		&cli.StringFlag{Name: measure.FlagIngressClass, Usage: "the Ingress's class; also picks the overlay of that name (default: the cluster's default class)", Category: "Workload"},
+		&cli.StringFlag{Name: measure.FlagHost, Value: defaultHost, Usage: "the Ingress rule's host (\"\": any host)", Category: "Workload"},
+		&cli.StringFlag{Name: measure.FlagImage, Value: deploy.DefaultImage, Usage: "probe image, with epwindow on PATH (make image builds one)", Category: "Workload"},
+		&cli.DurationFlag{Name: measure.FlagHold, Value: defaultHold, Usage: "how long a deleted probe keeps serving unless released", Category: "Workload"},
+		&cli.DurationFlag{Name: measure.FlagGraceMargin, Value: defaultGraceMargin, Usage: "terminationGracePeriodSeconds = preStop sleep + hold + this", Category: "Workload"},
+		&cli.BoolFlag{Name: measure.FlagPreStop, Value: true, Usage: "give the probe pods the preStop httpGet /prestop hook (--prestop=false: none)", Category: "Workload"},
+		&cli.DurationFlag{Name: measure.FlagPreStopSleep, Usage: "make the preStop hook wait this long before SIGTERM (apply a recommendation)", Category: "Workload"},
+		&cli.BoolFlag{Name: measure.FlagExitOnTerm, Usage: "probes exit at once on SIGTERM: the fast-exiting app", Category: "Workload"},
+		&cli.DurationFlag{Name: measure.FlagClockOffset, Usage: "fault injection: shift every probe's clock by this much", Category: "Workload"},
+		&cli.StringFlag{Name: flagOverlay, Usage: fmt.Sprintf("manifest overlay: one of %s or %s (default: by --%s)", strings.Join(deploy.Overlays(), ", "), deploy.BaseOverlay, measure.FlagIngressClass), Category: "Workload"},
+		&cli.StringSliceFlag{Name: flagLabel, Usage: "extra label KEY=VALUE on every object (repeatable)", Category: "Workload"},
 	}
 }
 

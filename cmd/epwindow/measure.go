@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
-	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure"
 	"github.com/epwindow/epwindow/measure/upstream"
 	"github.com/epwindow/epwindow/results"
@@ -53,20 +52,17 @@ terminationGracePeriodSeconds, and deletes the namespace on exit (also on Ctrl-C
 	}
 }
 
+// measureFlags are the cluster flags, the workload flags shared with
+// manifests (so manifests prints what measure applies), and measure's own.
 func measureFlags() []cli.Flag {
-	fs := kubeFlags()
+	fs := append(kubeFlags(), workloadFlags()...)
 	return append(fs,
 		&cli.IntFlag{Name: measure.FlagTrials, Value: 20, Usage: "deletions to time", Category: "Trials"},
-		&cli.IntFlag{Name: measure.FlagReplicas, Value: 3, Usage: "probe replicas (at least 2)", Category: "Trials"},
 		&cli.StringFlag{Name: measure.FlagMode, Value: string(measure.ModeDelete), Usage: "delete: one pod at a time", Category: "Trials"},
-		&cli.DurationFlag{Name: measure.FlagHold, Value: 60 * time.Second, Usage: "longest a deleted probe keeps serving; bounds the window that can be measured", Category: "Trials"},
 		&cli.DurationFlag{Name: measure.FlagQuietPeriod, Value: 3 * time.Second, Usage: "no traffic for this long after the address left every upstream list ends a trial", Category: "Trials"},
-		&cli.DurationFlag{Name: measure.FlagGraceMargin, Value: 10 * time.Second, Usage: "added to --hold for the probe's terminationGracePeriodSeconds", Category: "Trials"},
 		&cli.DurationFlag{Name: measure.FlagSettle, Value: 3 * time.Minute, Usage: "longest wait for steady state before and between trials", Category: "Trials"},
 		&cli.DurationFlag{Name: measure.FlagMaxSkew, Value: 50 * time.Millisecond, Usage: "a trial whose probe clock is known less precisely is marked invalid", Category: "Trials"},
 		&cli.DurationFlag{Name: measure.FlagDrain, Value: 0, Usage: "longest request your app serves; added to the recommended grace period", Category: "Trials"},
-		&cli.StringFlag{Name: measure.FlagIngressClass, Usage: "IngressClass of the probe's Ingress (default: the cluster's default class)", Category: "Ingress"},
-		&cli.StringFlag{Name: measure.FlagHost, Value: "epwindow.local", Usage: "host of the probe's Ingress rule; sent as the Host header", Category: "Ingress"},
 		&cli.StringFlag{Name: measure.FlagURL, Usage: "the ingress as reachable from here, e.g. http://127.0.0.1:9090 (required)", Category: "Ingress"},
 		&cli.StringFlag{Name: measure.FlagObserver, Value: upstream.KindAuto, Usage: "upstream observer: auto, skipper, nginx, traefik, envoy, cmd, none", Category: "Observer"},
 		&cli.StringSliceFlag{Name: flagObserverURL, Usage: "read the controller at this URL instead of port-forwarding to its pods (repeat per replica)", Category: "Observer"},
@@ -82,11 +78,6 @@ func measureFlags() []cli.Flag {
 		&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, as most 502 reports involve)", Category: "Load"},
 		&cli.DurationFlag{Name: "load-timeout", Value: 5 * time.Second, Usage: "timeout of one load request", Category: "Load"},
 		&cli.IntFlag{Name: "load-max-conns", Usage: "most load requests in flight; more are counted as dropped (default: rate × timeout)", Category: "Load"},
-		&cli.StringFlag{Name: measure.FlagImage, Value: deploy.DefaultImage, Usage: "probe image (epwindow on PATH; see make image)", Category: "Probe"},
-		&cli.BoolFlag{Name: measure.FlagPreStop, Value: true, Usage: "give the probe a preStop httpGet to /prestop (times prestop_called)", Category: "Probe"},
-		&cli.DurationFlag{Name: measure.FlagPreStopSleep, Usage: "make the preStop hook sleep this long (to check a recommendation)", Category: "Probe"},
-		&cli.BoolFlag{Name: measure.FlagExitOnTerm, Usage: "probe exits at SIGTERM like the fast-exiting app of the incidents", Category: "Probe"},
-		&cli.DurationFlag{Name: measure.FlagClockOffset, Usage: "fault injection: the probes report their clock off by this much", Category: "Probe", Hidden: true},
 		&cli.StringFlag{Name: measure.FlagOut, Usage: "results file, JSON lines written as trials end (default epwindow-<time>.jsonl)", Category: "Output"},
 		&cli.BoolFlag{Name: measure.FlagKeep, Usage: "leave the namespace for inspection", Category: "Output"},
 		&cli.StringFlag{Name: flagBaseline, Usage: "results file of an earlier run to compare with (thresholds apply to the change)", Category: "Gate"},
@@ -97,27 +88,34 @@ func measureFlags() []cli.Flag {
 
 // measureConfig turns flags into a typed, validated measure.Config.
 func measureConfig(c *cli.Context) (measure.Config, error) {
+	// The workload flags are read as manifests reads them.
+	wp, err := workloadParams(c, "epwindow", "probe")
+	if err != nil {
+		return measure.Config{}, err
+	}
 	cfg := measure.Config{
 		Trials:              c.Int(measure.FlagTrials),
-		Replicas:            int32(c.Int(measure.FlagReplicas)),
+		Replicas:            wp.Replicas,
 		Mode:                measure.Mode(c.String(measure.FlagMode)),
-		IngressClass:        c.String(measure.FlagIngressClass),
-		Host:                c.String(measure.FlagHost),
+		IngressClass:        wp.IngressClass,
+		Host:                wp.Host,
 		Observer:            c.String(measure.FlagObserver),
 		Rate:                c.Float64(measure.FlagRate),
 		KeepAlive:           c.Bool(measure.FlagKeepAlive),
-		Hold:                c.Duration(measure.FlagHold),
+		Hold:                wp.Hold,
 		QuietPeriod:         c.Duration(measure.FlagQuietPeriod),
-		GraceMargin:         c.Duration(measure.FlagGraceMargin),
+		GraceMargin:         wp.GraceMargin,
 		SettleTimeout:       c.Duration(measure.FlagSettle),
 		MaxSkewUncertainty:  c.Duration(measure.FlagMaxSkew),
 		Drain:               c.Duration(measure.FlagDrain),
-		Image:               c.String(measure.FlagImage),
+		Image:               wp.Image,
 		Keep:                c.Bool(measure.FlagKeep),
-		PreStop:             c.Bool(measure.FlagPreStop),
-		PreStopSleep:        c.Duration(measure.FlagPreStopSleep),
-		ExitOnSigterm:       c.Bool(measure.FlagExitOnTerm),
-		ProbeClockOffset:    c.Duration(measure.FlagClockOffset),
+		PreStop:             wp.PreStop,
+		PreStopSleep:        wp.PreStopSleep,
+		ExitOnSigterm:       wp.ExitOnSigterm,
+		ProbeClockOffset:    wp.ClockOffset,
+		Overlay:             wp.Overlay,
+		Labels:              wp.Labels,
 		StopOnBlindObserver: c.Bool(measure.FlagStopOnBlind),
 		ObserverOptions: upstream.Options{
 			Interval:            c.Duration(flagObserverInterval),
