@@ -23,7 +23,7 @@ import (
 
 // startTestAgent runs a real agent (real namespaces, processes, CNI) for
 // node tn0 against a fake API; the test binary is the shim and the app.
-func startTestAgent(t *testing.T) (*fake.Clientset, Config) {
+func startTestAgent(t testing.TB) (*fake.Clientset, Config) {
 	t.Helper()
 	cfg := testNetConfig(t)
 	cfg.Nodes = []string{"tn0"}
@@ -71,7 +71,7 @@ func startTestAgent(t *testing.T) (*fake.Clientset, Config) {
 	return client, cfg
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
 
@@ -116,7 +116,7 @@ func testPod(name string, args ...string) *v1.Pod {
 }
 
 // waitPod watches the pod until cond holds, or fails after timeout.
-func waitPod(t *testing.T, client *fake.Clientset, name string, timeout time.Duration, what string, cond func(*v1.Pod, watch.EventType) bool) *v1.Pod {
+func waitPod(t testing.TB, client *fake.Clientset, name string, timeout time.Duration, what string, cond func(*v1.Pod, watch.EventType) bool) *v1.Pod {
 	t.Helper()
 	w, err := client.CoreV1().Pods("default").Watch(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -152,7 +152,7 @@ func podReady(p *v1.Pod) bool {
 
 // deleteGracefully does what the API server does on DELETE with a grace
 // period: it sets deletionTimestamp and deletionGracePeriodSeconds.
-func deleteGracefully(t *testing.T, client *fake.Clientset, name string) time.Time {
+func deleteGracefully(t testing.TB, client *fake.Clientset, name string) time.Time {
 	t.Helper()
 	p, err := client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {

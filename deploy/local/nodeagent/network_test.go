@@ -15,7 +15,7 @@ import (
 
 // testNetConfig uses its own prefix and CIDR so that the test never touches
 // a local cluster running at the same time (prefix epw, 10.244.0.0/16).
-func testNetConfig(t *testing.T) Config {
+func testNetConfig(t testing.TB) Config {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test creates network namespaces and a bridge: run it as root")
@@ -34,7 +34,7 @@ func testNetConfig(t *testing.T) Config {
 }
 
 // leftovers lists what the prefix still owns on the machine.
-func leftovers(t *testing.T, cfg Config) []string {
+func leftovers(t testing.TB, cfg Config) []string {
 	t.Helper()
 	var out []string
 	nss, err := listNetns(cfg.Prefix)
