@@ -152,3 +152,28 @@ func TestInitContainersRunFirst(t *testing.T) {
 		}
 	}
 }
+
+func TestCompletedPodReleasesNetworkAndIsDeletedOnRequest(t *testing.T) {
+	client, cfg := startTestAgent(t)
+	pod := testPod("done-9", "exit-3")
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	pod.Spec.Containers[0].ReadinessProbe = nil
+	pod.Spec.Containers[0].Lifecycle = nil
+	if _, err := client.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, client, pod.Name, 30*time.Second, "Failed", func(p *v1.Pod, _ watch.EventType) bool { return p.Status.Phase == v1.PodFailed })
+	if cs := p.Status.ContainerStatuses[0]; cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 3 || cs.RestartCount != 0 {
+		t.Fatalf("container status %+v, want exited 3, never restarted", cs)
+	}
+	// The sandbox goes once the pod is done, as the kubelet kills it.
+	deadline := time.Now().Add(10 * time.Second)
+	for l, _ := listNetns(cfg.Prefix); len(l) > 0; l, _ = listNetns(cfg.Prefix) {
+		if time.Now().After(deadline) {
+			t.Fatalf("network namespaces %v still there 10 s after the pod finished", l)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	deleteGracefully(t, client, pod.Name)
+	waitPod(t, client, pod.Name, 10*time.Second, "deleted by the agent", func(_ *v1.Pod, ev watch.EventType) bool { return ev == watch.Deleted })
+}
