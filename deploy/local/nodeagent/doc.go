@@ -30,12 +30,24 @@
 // securityContext's runAsUser/runAsGroup before exec. The binary embedding this
 // package must dispatch to ShimMain before doing anything else.
 //
+// Files live under Config.StateDir: cni/ (the CNI configs, IPAM state and
+// cache) and pods/<namespace>_<name>_<uid>/ with each container's
+// stdout+stderr (<container>.log, served as kubectl logs) and its
+// termination-message file (<container>.termination-log). The kubelet API
+// (HTTPS, self-signed, 127.0.0.1:KubeletPort, the port every Node reports
+// in daemonEndpoints) serves port-forward (SPDY and websocket, via
+// k8s.io/cri-streaming, dialling 127.0.0.1:port inside the pod's network
+// namespace) and container logs.
+//
 // Network safety: SetupNetwork installs an "unreachable" route for the whole
 // pod CIDR in the root namespace before any pod starts; the bridge carries
 // only the per-node /24 gateway addresses, and pods get no default route, so
 // nothing addressed to a pod address can leave the machine and pods can reach
 // only the bridge subnet. The bridge is never given a gateway role by the
 // plugin (isGateway false), so the host's ip_forward setting is left alone.
+// Host-side veths are renamed "<prefix>-<first 8 UID characters>", so every
+// link the agent causes carries the prefix. Probes and hooks reach only
+// loopback and pod addresses and never follow redirects.
 //
 // Init containers run one at a time, to completion, before the others.
 // Exec hooks and probes run in the pod's network namespace as the
