@@ -82,6 +82,8 @@ type Config struct {
 	// (zero: the load package's defaults).
 	LoadTimeout  time.Duration
 	LoadMaxConns int
+	// LoadMethod is GET or POST (see load.Config.Method).
+	LoadMethod string
 
 	// Hold bounds how long a deleted probe keeps serving (its --hold); the tool
 	// releases it earlier, once its address is gone from every observed

@@ -255,7 +255,7 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 	g.Go(func() error { return r.tracker.Run(ctx) })
 
 	gen, err := load.New(load.Config{URL: cfg.URL.String(), Host: cfg.Host, Rate: cfg.Rate, KeepAlive: cfg.KeepAlive,
-		Timeout: cfg.LoadTimeout, MaxConns: cfg.LoadMaxConns}, cfg.Clock)
+		Timeout: cfg.LoadTimeout, MaxConns: cfg.LoadMaxConns, Method: cfg.LoadMethod}, cfg.Clock)
 	if err != nil {
 		return err
 	}

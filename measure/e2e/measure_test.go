@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"slices"
@@ -238,7 +239,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 			if r.T0Source != results.StagePodTerminatingSeen {
 				t.Errorf("trial %d: T0 source %q, want pod_terminating_seen", r.Trial, r.T0Source)
 			}
-			if _, ok := r.Offset(results.StageDeleteSent); ok {
+			if _, ok := r.Stage(results.StageDeleteSent); ok {
 				t.Errorf("trial %d: delete_sent recorded, but the tool sent no DELETE in a rollout", r.Trial)
 			}
 			for _, st := range []string{results.StageSliceNotReady, results.StageUpstreamRemoved, results.StageSigterm, results.StageLastRequest} {
@@ -248,9 +249,13 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 	})
 
 	t.Run("broken canary, then the recommendation applied", func(t *testing.T) {
-		// The fast-exiting app without preStop: clients see failures.
+		// The fast-exiting app without preStop: clients see failures. The
+		// load is POST: Skipper retries a GET whose connect was refused on
+		// another endpoint (proxy/proxy.go retryable: dial errors of
+		// requests without a body), which would hide the refused connects
+		// that non-idempotent traffic turns into 502s.
 		cfg := baseConfig(t)
-		cfg.ExitOnSigterm, cfg.PreStop = true, false
+		cfg.ExitOnSigterm, cfg.PreStop, cfg.LoadMethod = true, false, http.MethodPost
 		broken := run(t, cfg)
 		failed := 0
 		for _, r := range broken.trials {
@@ -276,6 +281,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		}
 		cfg = baseConfig(t)
 		cfg.ExitOnSigterm, cfg.PreStop, cfg.PreStopSleep = true, true, time.Duration(rec.PreStopSeconds)*time.Second
+		cfg.LoadMethod = http.MethodPost
 		cfg.Trials = 20
 		fixed := run(t, cfg)
 		failed = 0

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"math"
+	"net/http"
 	"net/url"
 	"time"
 )
@@ -46,6 +47,13 @@ type Config struct {
 	FailureHistory int
 	// TLS configures https URLs; nil uses the system roots.
 	TLS *tls.Config
+	// Method is GET (the default) or POST (--load-method). Ingress
+	// controllers retry a GET whose connect failed on another endpoint but
+	// never a request with a body (Skipper: proxy/proxy.go retryable;
+	// ingress-nginx: proxy_next_upstream without non_idempotent), so POST
+	// load shows the refused connects that users of non-idempotent APIs see
+	// as 502s.
+	Method string
 }
 
 // Validate reports the first problem with c, naming the flag to change.
@@ -72,6 +80,9 @@ func (c Config) Validate() error {
 	if c.MaxConns < 0 {
 		return fmt.Errorf("--load-max-conns (%d) must not be negative", c.MaxConns)
 	}
+	if c.Method != "" && c.Method != http.MethodGet && c.Method != http.MethodPost {
+		return fmt.Errorf("--load-method %q: want GET or POST", c.Method)
+	}
 	if c.FailureHistory < 0 {
 		return fmt.Errorf("failure history (%d) must not be negative", c.FailureHistory)
 	}
@@ -96,6 +107,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FailureHistory == 0 {
 		c.FailureHistory = DefaultFailureHistory
+	}
+	if c.Method == "" {
+		c.Method = http.MethodGet
 	}
 	return c
 }

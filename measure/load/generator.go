@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,6 +186,10 @@ func (g *Generator) Run(ctx context.Context) error {
 }
 
 // hit sends one request due at scheduled and records its outcome.
+// postBody is what a POST carries: a body makes the request non-idempotent,
+// which is all that matters (see Config.Method).
+const postBody = "epwindow\n"
+
 func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 	began := g.clk.Now()
 	g.lag.add(began.Sub(scheduled))
@@ -199,7 +204,11 @@ func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 		GotConn:              func(httptrace.GotConnInfo) { s = g.clk.Now() },
 		GotFirstResponseByte: func() { r = g.clk.Now() },
 	}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, g.url, nil)
+	var body io.Reader
+	if g.cfg.Method == http.MethodPost {
+		body = strings.NewReader(postBody)
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), g.cfg.Method, g.url, body)
 	if err != nil {
 		g.finish(scheduled, began, KindOther)
 		return

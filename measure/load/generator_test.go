@@ -393,3 +393,31 @@ func TestGeneratorMisuse(t *testing.T) {
 	}
 	stop()
 }
+
+// POST load carries a body, so every request reaches the server as a
+// non-idempotent POST (ingress controllers do not retry those).
+func TestGeneratorPost(t *testing.T) {
+	probe := probeHandler([]string{"pod-a"}, 0)
+	var bad atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodPost || string(b) != postBody {
+			bad.Add(1)
+		}
+		probe(w, r)
+	}))
+	defer srv.Close()
+	g, err := New(Config{URL: srv.URL + "/", Rate: 200, Method: http.MethodPost}, clock.RealClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, g)
+	eventually(t, "20 responses", func() bool { return g.Totals().OK >= 20 })
+	stop()
+	if n := bad.Load(); n != 0 {
+		t.Fatalf("%d requests were not POSTs with the body", n)
+	}
+	if _, err := New(Config{URL: srv.URL, Rate: 1, Method: "DELETE"}, clock.RealClock{}); err == nil || !strings.Contains(err.Error(), "--load-method") {
+		t.Fatalf("DELETE accepted: %v", err)
+	}
+}
