@@ -67,8 +67,10 @@ func (s *statusSyncer) run(ctx context.Context) {
 			}
 			err := s.patch(ctx, want)
 			if err == nil || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
-				if err != nil {
-					s.log.Error("pod status", "err", err)
+				if apierrors.IsInvalid(err) {
+					s.log.Error("pod status rejected", "err", err)
+				} else if err != nil {
+					s.log.Debug("pod status: object already gone", "err", err)
 				}
 				s.sent = want
 				continue
