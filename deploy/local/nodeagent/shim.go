@@ -67,6 +67,14 @@ func shim(args []string) error {
 	if err := json.Unmarshal([]byte(args[0]), &s); err != nil {
 		return fmt.Errorf("decode spec: %w", err)
 	}
+	// Everything below changes mounts and the hostname: only ever in the
+	// namespaces the agent made for this process, never in its parent's
+	// (as when someone runs the shim by hand).
+	for _, ns := range []string{"mnt", "uts"} {
+		if err := ownNamespace(ns); err != nil {
+			return err
+		}
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -128,6 +136,22 @@ func shim(args []string) error {
 	}
 	err = syscall.Exec(s.Path, s.Args, s.Env)
 	return fmt.Errorf("exec %s as uid %d: %w", s.Path, os.Getuid(), err)
+}
+
+// ownNamespace fails unless this process's namespace of kind ns (mnt,
+// uts) differs from its parent's.
+func ownNamespace(ns string) error {
+	var self, parent unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/"+ns, &self); err != nil {
+		return fmt.Errorf("own %s namespace: %w", ns, err)
+	}
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", os.Getppid(), ns), &parent); err != nil {
+		return fmt.Errorf("parent's %s namespace: %w", ns, err)
+	}
+	if self.Dev == parent.Dev && self.Ino == parent.Ino {
+		return fmt.Errorf("refusing to run in the parent's %s namespace: the shim is started only by the node agent", ns)
+	}
+	return nil
 }
 
 // devNodes are the device nodes of a container's /dev (as runc creates them).
