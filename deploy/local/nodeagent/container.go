@@ -99,13 +99,12 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 	c.view.Ever = true
 	c.view.ContainerID = fmt.Sprintf("epwindow://%s-%s-%d", w.uid, c.spec.Name, c.run)
 	c.view.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(p.started)}}
-	c.view.Ready = c.spec.ReadinessProbe == nil
+	c.view.Started = c.spec.StartupProbe == nil
+	c.view.Ready = c.spec.ReadinessProbe == nil && c.spec.StartupProbe == nil
 	w.log.Info("container started", "container", c.spec.Name, "pid", p.cmd.Process.Pid, "path", path)
 	pctx, cancel := context.WithCancel(ctx)
 	c.stopProb = cancel
-	if c.spec.ReadinessProbe != nil {
-		go w.readinessLoop(pctx, c, c.run, p.started)
-	}
+	go w.probers(pctx, c, c.run, p.started)
 	run := c.run
 	go func() {
 		<-p.done
@@ -158,6 +157,7 @@ func (w *podWorker) exited(c *container, run int) {
 	}
 	p := c.proc
 	c.proc = nil
+	c.killing = false
 	if c.stopProb != nil {
 		c.stopProb()
 	}
@@ -219,39 +219,92 @@ func (w *podWorker) exited(c *container, run int) {
 	}
 }
 
-// readinessLoop probes a container run every period and posts changes of
-// its readiness result. It keeps going while the pod terminates, as the
-// kubelet's readiness workers do, and stops when the run ends.
-func (w *podWorker) readinessLoop(ctx context.Context, c *container, run int, started time.Time) {
-	probe := c.spec.ReadinessProbe
+// probers runs a container run's probes as the kubelet's prober workers
+// do (pkg/kubelet/prober/worker.go): the startup probe first, and only
+// once it succeeded the readiness and liveness probes. A failed startup or
+// liveness probe kills the container (preStop, SIGTERM, grace, SIGKILL)
+// and the restart policy applies.
+func (w *podWorker) probers(ctx context.Context, c *container, run int, started time.Time) {
+	if p := c.spec.StartupProbe; p != nil {
+		if !w.probeLoop(ctx, c, run, started, p, "startup", false) {
+			return
+		}
+		w.post(ctx, func() {
+			if c.run == run && c.proc != nil {
+				c.view.Started = true
+				c.view.Ready = c.spec.ReadinessProbe == nil
+			}
+		})
+	}
+	if p := c.spec.ReadinessProbe; p != nil {
+		go w.probeLoop(ctx, c, run, started, p, "readiness", false)
+	}
+	if p := c.spec.LivenessProbe; p != nil {
+		go w.probeLoop(ctx, c, run, started, p, "liveness", true)
+	}
+}
+
+// probeLoop probes every period from the start of the run plus the
+// initial delay, until ctx ends. Readiness results are posted as the
+// container's Ready; a startup probe returns true at its first success;
+// startup and liveness failures past the threshold kill the container.
+// Readiness keeps going while the pod terminates; liveness and startup
+// stop, as in the kubelet.
+func (w *podWorker) probeLoop(ctx context.Context, c *container, run int, started time.Time, probe *v1.Probe, kind string, initial bool) bool {
 	pp := paramsOf(probe)
-	var st probeState
+	st := probeState{ready: initial}
+	last := initial
 	ticker := time.NewTicker(pp.Period)
 	defer ticker.Stop()
-	last := false
 	for {
 		if time.Since(started) >= pp.InitialDelay {
 			err := w.probeOnce(ctx, c, probe, pp.Timeout)
 			if ctx.Err() != nil {
-				return
+				return false
 			}
-			ready := st.observe(err == nil, pp)
-			if ready != last {
-				last = ready
-				w.log.Info("readiness", "container", c.spec.Name, "ready", ready, "err", err)
+			ok := st.observe(err == nil, pp)
+			switch {
+			case kind == "startup" && ok:
+				return true
+			case kind == "readiness" && ok != last:
+				w.log.Info("readiness", "container", c.spec.Name, "ready", ok, "err", err)
 				w.post(ctx, func() {
 					if c.run == run && c.proc != nil {
-						c.view.Ready = ready
+						c.view.Ready = ok
 					}
 				})
+			case kind != "readiness" && !st.last && st.run >= pp.FailureThreshold:
+				w.log.Info(kind+" probe failed: killing the container", "container", c.spec.Name, "err", err)
+				w.post(ctx, func() { w.killForProbe(ctx, c, run, probe) })
+				return false
 			}
+			last = ok
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-ticker.C:
 		}
 	}
+}
+
+// killForProbe kills a running container whose startup or liveness probe
+// failed, with the probe's grace period if it sets one, else the pod's
+// (kuberuntime_container.go, setTerminationGracePeriod).
+func (w *podWorker) killForProbe(ctx context.Context, c *container, run int, probe *v1.Probe) {
+	if c.run != run || c.proc == nil || c.killing || !w.termStart.IsZero() {
+		return
+	}
+	grace := int64(minimumGracePeriod)
+	if g := w.pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = *g
+	}
+	if probe.TerminationGracePeriodSeconds != nil {
+		grace = *probe.TerminationGracePeriodSeconds
+	}
+	c.killing = true
+	c.hurry = make(chan time.Time, 1)
+	go w.kill(ctx, c, c.proc, grace)
 }
 
 func (w *podWorker) probeOnce(ctx context.Context, c *container, p *v1.Probe, timeout time.Duration) error {

@@ -53,8 +53,10 @@
 // Exec hooks and probes run in the pod's network namespace as the
 // container's user, in a mount namespace of their own.
 //
-// It does not pull images, mount volumes, run liveness or startup probes,
-// postStart hooks, sidecar (restartable init) containers, resource limits
+// Readiness, liveness and startup probes (httpGet, tcpSocket, exec) run as
+// the kubelet's prober workers do; gRPC probes are not supported.
+//
+// It does not pull images, mount volumes, run postStart hooks, sidecar (restartable init) containers, resource limits
 // (cgroups), or PID/IPC namespaces, and it does not inject Service
 // environment variables.
 package nodeagent

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 )
@@ -176,4 +177,32 @@ func TestCompletedPodReleasesNetworkAndIsDeletedOnRequest(t *testing.T) {
 	}
 	deleteGracefully(t, client, pod.Name)
 	waitPod(t, client, pod.Name, 10*time.Second, "deleted by the agent", func(_ *v1.Pod, ev watch.EventType) bool { return ev == watch.Deleted })
+}
+
+func TestLivenessFailureRestartsAndStartupGatesReadiness(t *testing.T) {
+	client, _ := startTestAgent(t)
+	pod := testPod("alive-10")
+	c := &pod.Spec.Containers[0]
+	c.Lifecycle = nil
+	// Startup succeeds on the app's /healthz; liveness then probes a path
+	// the app does not serve (404) and kills it after 2 failures.
+	c.StartupProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+		PeriodSeconds: 1, FailureThreshold: 10}
+	c.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/missing", Port: intstr.FromInt32(8080)}},
+		PeriodSeconds: 1, FailureThreshold: 2, TerminationGracePeriodSeconds: ptr.To(int64(1))}
+	if _, err := client.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, client, pod.Name, 30*time.Second, "Ready", func(p *v1.Pod, _ watch.EventType) bool { return podReady(p) })
+	if cs := p.Status.ContainerStatuses[0]; cs.Started == nil || !*cs.Started {
+		t.Errorf("Ready but not started: %+v", cs)
+	}
+	p = waitPod(t, client, pod.Name, 30*time.Second, "restarted after liveness failures", func(p *v1.Pod, _ watch.EventType) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1
+	})
+	last := p.Status.ContainerStatuses[0].LastTerminationState.Terminated
+	// The app exits 0 at SIGTERM: the liveness kill ran the normal stop.
+	if last == nil || last.ExitCode != 0 {
+		t.Errorf("last termination %+v, want the SIGTERM exit (0)", last)
+	}
 }

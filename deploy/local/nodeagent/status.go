@@ -18,6 +18,8 @@ type containerView struct {
 	RestartCount int32
 	// Ever is true once the container has been started at least once.
 	Ever bool
+	// Started is true while it runs and its startup probe (if any) passed.
+	Started bool
 }
 
 // podView is what the agent knows about a pod; buildStatus renders it.
@@ -155,7 +157,7 @@ func buildStatus(v podView) v1.PodStatus {
 		})
 	}
 	for _, c := range v.Containers {
-		started := c.State.Running != nil
+		started := c.State.Running != nil && c.Started
 		s.ContainerStatuses = append(s.ContainerStatuses, v1.ContainerStatus{
 			Name:                 c.Name,
 			Image:                c.Image,

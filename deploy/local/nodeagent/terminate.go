@@ -44,6 +44,11 @@ func (w *podWorker) beginTermination(ctx context.Context) {
 	w.log.Info("terminating", "grace_s", grace)
 	for _, c := range w.containers {
 		c.noMore = true
+		if c.killing {
+			// Already being killed (a failed liveness probe): that kill
+			// ends it; a shorter deadline reaches it through c.hurry.
+			continue
+		}
 		if c.proc == nil {
 			if c.view.State.Waiting != nil {
 				// Never started, or waiting to restart: report the
