@@ -13,7 +13,7 @@ import (
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func running(ready bool) containerView {
-	return containerView{Name: "app", Image: "img", Ever: true, Ready: ready,
+	return containerView{Name: "app", Image: "img", Ever: true, Started: true, Ready: ready,
 		State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}}
 }
 
