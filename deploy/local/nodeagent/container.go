@@ -344,7 +344,7 @@ func (w *podWorker) execIn(ctx context.Context, c *container, command []string, 
 		return err
 	}
 	spec.ReadOnlyRoot = false
-	p, err := startProc(w.a.shimPath, spec, c.logFile)
+	p, err := startProc(w.a.shimPath, spec, os.DevNull) // exec output is not container log
 	if err != nil {
 		return err
 	}
