@@ -343,7 +343,6 @@ func (w *podWorker) execIn(ctx context.Context, c *container, command []string, 
 	if err := applySecurity(&spec, w.pod, &c.spec); err != nil {
 		return err
 	}
-	spec.ReadOnlyRoot = false
 	p, err := startProc(w.a.shimPath, spec, os.DevNull) // exec output is not container log
 	if err != nil {
 		return err
