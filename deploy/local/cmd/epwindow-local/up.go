@@ -206,6 +206,9 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 	}
 	defer sk.Stop()
 
+	if err := createIngressClass(ctx, cp.Client); err != nil {
+		return err
+	}
 	log.Info("ready", "after", time.Since(start), "skipper_pid", sk.PID())
 	fmt.Fprintf(stdout, "READY kubeconfig=%s ingress=%s routes=%s\n", cp.Kubeconfig, sk.URL, sk.RoutesURL)
 	if f, ok := stdout.(*os.File); ok {
