@@ -90,6 +90,11 @@ type Config struct {
 	// upstream list and no traffic reached it for QuietPeriod.
 	Hold        time.Duration
 	QuietPeriod time.Duration
+	// TrialJitter spreads the deletions over the phases of a periodically
+	// reprogramming ingress: before each deletion the run pauses for up to
+	// this long (see trialPauses). 0 deletes as soon as steady state is
+	// back. Delete mode only.
+	TrialJitter time.Duration
 	// GraceMargin is added to Hold for the pod's terminationGracePeriodSeconds.
 	GraceMargin time.Duration
 	// SettleTimeout bounds each wait for steady state.
@@ -165,7 +170,7 @@ func (c *Config) Validate() error {
 		flag string
 		v    time.Duration
 	}{{FlagHold, c.Hold}, {FlagQuietPeriod, c.QuietPeriod}, {FlagGraceMargin, c.GraceMargin},
-		{FlagSettle, c.SettleTimeout}, {FlagMaxSkew, c.MaxSkewUncertainty}, {FlagPreStopSleep, c.PreStopSleep}, {FlagDrain, c.Drain}} {
+		{FlagSettle, c.SettleTimeout}, {FlagTrialJitter, c.TrialJitter}, {FlagMaxSkew, c.MaxSkewUncertainty}, {FlagPreStopSleep, c.PreStopSleep}, {FlagDrain, c.Drain}} {
 		if d.v < 0 {
 			add("--%s (%s) must not be negative", d.flag, d.v)
 		}

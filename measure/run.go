@@ -282,7 +282,11 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 	if cfg.Mode == ModeRollout {
 		return r.rollouts(ctx, sink)
 	}
+	pauses := trialPauses(cfg.Trials, cfg.TrialJitter, pauseRNG())
 	for i := 1; i <= cfg.Trials; i++ {
+		if err := r.pause(ctx, pauses[i-1]); err != nil {
+			return err
+		}
 		rec, err := r.trial(ctx, i)
 		if err := r.write(sink, rec); err != nil {
 			return err
@@ -297,6 +301,20 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		}
 	}
 	return nil
+}
+
+// pause waits d before the next deletion (--trial-jitter).
+func (r *runner) pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	r.report(Progress{Phase: "steady", Message: fmt.Sprintf("pausing %s before the deletion (--%s)", d.Round(time.Millisecond), FlagTrialJitter)})
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-r.cfg.Clock.After(d):
+		return nil
+	}
 }
 
 // write hands a finished trial to the sink.
