@@ -15,16 +15,17 @@ import (
 //
 // Skipper reloads its route table by sleeping its poll interval between two
 // loads of the API (routing/datasource.go, receiveFromClient), and only a
-// load drops a terminating endpoint. Trials start at steady state, which
-// measure sees through the route table right after a load has published the
-// replacement pod, so each deletion sits early in a poll cycle and the
-// address leaves the table at the next load: about one poll interval after
-// T0. From 1 s to 3 s that moves upstream_removed by about 2 s — far above
-// compare's relevance floor (max(50 ms, 10% of the baseline)) — and with it
-// everything that waits for the ingress: the previous poll that still listed
-// the address, the last request it forwarded, the window, and (through
-// measure's release, a quiet period after the traffic ends) the container's
-// exit, the pod's deletion and the address's removal from the slice.
+// load drops a terminating endpoint. measure pauses before each deletion
+// for a stratified random part of --trial-jitter (3 s, a whole number of
+// both poll cycles), so the deletions meet every phase of the cycle and the
+// address leaves the table uniformly within one poll interval of the
+// slice's change: p50 ≈ 0.5 s with 1 s polls, ≈ 1.5 s with 3 s polls. That
+// 1 s shift is far above compare's relevance floor (max(50 ms, 10% of the
+// baseline)), and it moves everything that waits for the ingress: the
+// previous poll that still listed the address, the last request it
+// forwarded, the window, and (through measure's release, a quiet period
+// after the traffic ends) the container's exit, the pod's deletion and the
+// address's removal from the slice.
 //
 // The EndpointSlice controller, the kubelet-side node agent and the API
 // server never read Skipper: the deletion's acknowledgement, the pod watch,
