@@ -206,3 +206,26 @@ func TestLivenessFailureRestartsAndStartupGatesReadiness(t *testing.T) {
 		t.Errorf("last termination %+v, want the SIGTERM exit (0)", last)
 	}
 }
+
+func TestReadinessFollowsTheProbeWhileTerminating(t *testing.T) {
+	client, _ := startTestAgent(t)
+	pod := testPod("drain-11", "ignore-term", "unready-on-term")
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(4))
+	pod.Spec.Containers[0].Lifecycle = nil
+	if _, err := client.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, client, pod.Name, 30*time.Second, "Ready", func(p *v1.Pod, _ watch.EventType) bool { return podReady(p) })
+	t0 := deleteGracefully(t, client, pod.Name)
+	p := waitPod(t, client, pod.Name, 10*time.Second, "not Ready", func(p *v1.Pod, _ watch.EventType) bool { return !podReady(p) })
+	d := time.Since(t0)
+	// The app answers 503 from SIGTERM on; with periodSeconds 1 and
+	// failureThreshold 1 the next probe (≤ 1 s later) flips Ready, while
+	// the container still runs (it ignores SIGTERM; SIGKILL at 4 s).
+	if d > 2*time.Second {
+		t.Errorf("Ready turned false %s after the delete, want within the 1 s probe period (+1 s margin)", d)
+	}
+	if cs := p.Status.ContainerStatuses[0]; cs.State.Running == nil {
+		t.Errorf("container not running when Ready turned false: %+v", cs.State)
+	}
+}

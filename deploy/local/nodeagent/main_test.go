@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -57,7 +58,9 @@ type appReport struct {
 // its report to /dev/termination-log and exits 0, or with "ignore-term"
 // keeps running until killed.
 func testApp(args []string) {
-	ignore := len(args) > 0 && args[0] == "ignore-term"
+	ignore := slices.Contains(args, "ignore-term")
+	// unready-on-term: /healthz answers 503 after SIGTERM, as the probe does.
+	unready := slices.Contains(args, "unready-on-term")
 	if len(args) > 0 && args[0] == "exit-3" {
 		os.Exit(3)
 	}
@@ -82,7 +85,16 @@ func testApp(args []string) {
 		mu.Unlock()
 		_ = os.WriteFile("/dev/termination-log", b, 0o644)
 	}
-	http.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) })
+	http.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		termed := rep.SigtermNS != 0
+		mu.Unlock()
+		if unready && termed {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
 	http.HandleFunc("/prestop", func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		rep.PreStopNS = time.Now().UnixNano()
