@@ -81,9 +81,13 @@ func TestStartupAndTeardown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Release()
-	fmt.Printf("startup to READY: %.2fs (2 nodes)\n", c.StartupTime.Seconds())
-	if c.StartupTime > startupBound {
-		t.Errorf("startup to READY took %s, want ≤ %s (goal 10s; logs in %s)", c.StartupTime, startupBound, dir)
+	ready, err := c.ReadyAfter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("startup to READY: %.2fs (2 nodes; %.2fs from process start, waiting for other clusters included)\n", ready.Seconds(), c.StartupTime.Seconds())
+	if ready > startupBound {
+		t.Errorf("startup to READY took %s, want ≤ %s (goal 10s; logs in %s)", ready, startupBound, dir)
 	}
 	runSleeper(ctx, t, c.Client)
 	if err := c.Stop(); err != nil {
@@ -115,8 +119,9 @@ func TestStartAfterCrashCleansUp(t *testing.T) {
 	checkLeftovers(ctx, t, dir)
 }
 
-// BenchmarkStartup reports seconds from starting `epwindow-local up` to its
-// READY line (2 nodes), the figure the local cluster's 10 s goal is about.
+// BenchmarkStartup reports seconds from `epwindow-local up` starting (once
+// it holds the machine lock) to its READY line, 2 nodes: the figure the
+// local cluster's 10 s goal is about.
 func BenchmarkStartup(b *testing.B) {
 	ctx := context.Background()
 	var total time.Duration
@@ -125,7 +130,11 @@ func BenchmarkStartup(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		total += c.StartupTime
+		ready, err := c.ReadyAfter()
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += ready
 		if err := c.Stop(); err != nil {
 			b.Fatal(err)
 		}

@@ -267,3 +267,24 @@ func (c *Cluster) Stop() error {
 	}
 	return nil
 }
+
+// ReadyAfter is up's own startup time, from taking the machine lock to
+// READY, as it logs it in DIR/epwindow-local.log ("msg=ready after=…");
+// unlike StartupTime it excludes waiting for another run to stop.
+func (c *Cluster) ReadyAfter() (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "epwindow-local.log"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, " msg=ready ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "after="); ok {
+				return time.ParseDuration(v)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no ready line in %s", filepath.Join(c.Dir, "epwindow-local.log"))
+}

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,13 +11,22 @@ import (
 	"strings"
 )
 
-// NetPrefix starts the name of every network namespace and link the node
-// agent creates (its default prefix).
+// NetPrefix is the node agent's default name prefix: its network
+// namespaces and links are named NetPrefix + "-…".
 const NetPrefix = "epw"
 
+// unreachableMetric is the metric the node agent gives its unreachable
+// route for NetPrefix (nodeagent/network.go, routeMetric: FNV-32a of the
+// prefix mod 50000 + 10000), which tells it apart from other prefixes'.
+func unreachableMetric() string {
+	h := fnv.New32a()
+	h.Write([]byte(NetPrefix))
+	return strconv.Itoa(int(h.Sum32()%50000) + 10000)
+}
+
 // Leftovers lists what a torn-down cluster must not leave on the machine:
-// network namespaces and links named NetPrefix*, any route for the pod CIDR
-// (the unreachable route included), processes whose command line contains
+// network namespaces and links named NetPrefix-*, routes through those links
+// and the agent's unreachable route, processes whose command line contains
 // one of marks, and the state files `up` made in dir (logs may stay).
 func Leftovers(ctx context.Context, dir string, marks ...string) ([]string, error) {
 	var out []string
@@ -25,7 +35,7 @@ func Leftovers(ctx context.Context, dir string, marks ...string) ([]string, erro
 		return nil, err
 	}
 	for _, ns := range nss {
-		if strings.HasPrefix(ns.Name(), NetPrefix) {
+		if strings.HasPrefix(ns.Name(), NetPrefix+"-") {
 			out = append(out, "netns "+ns.Name())
 		}
 	}
@@ -35,7 +45,7 @@ func Leftovers(ctx context.Context, dir string, marks ...string) ([]string, erro
 	}
 	for _, l := range strings.Split(string(links), "\n") {
 		f := strings.Fields(l)
-		if len(f) > 1 && strings.HasPrefix(f[1], NetPrefix) {
+		if len(f) > 1 && strings.HasPrefix(f[1], NetPrefix+"-") {
 			out = append(out, "link "+strings.TrimSuffix(f[1], ":"))
 		}
 	}
@@ -44,7 +54,14 @@ func Leftovers(ctx context.Context, dir string, marks ...string) ([]string, erro
 		return nil, fmt.Errorf("ip route show: %w", err)
 	}
 	for _, r := range strings.Split(string(routes), "\n") {
-		if strings.Contains(r, "10.244.") {
+		f := strings.Fields(r)
+		ours := strings.Contains(r, " dev "+NetPrefix+"-")
+		for i := 0; i+1 < len(f); i++ {
+			if f[0] == "unreachable" && f[i] == "metric" && f[i+1] == unreachableMetric() {
+				ours = true
+			}
+		}
+		if ours {
 			out = append(out, "route "+r)
 		}
 	}
