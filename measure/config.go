@@ -160,6 +160,9 @@ func (c *Config) Validate() error {
 	} else if c.URL.Scheme != "http" && c.URL.Scheme != "https" || c.URL.Host == "" {
 		add("--%s %q: want an http:// or https:// URL with a host", FlagURL, c.URL)
 	}
+	if m := c.LoadMethod; m != "" && m != "GET" && m != "POST" {
+		add("--%s %q: want GET or POST", "load-method", m)
+	}
 	if c.Rate <= 0 {
 		add("--%s (%g) must be above 0 requests per second", FlagRate, c.Rate)
 	}

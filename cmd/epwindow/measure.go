@@ -31,6 +31,9 @@ const (
 	flagBaseline            = "baseline"
 	flagMaxP99              = "max-p99"
 	flagMaxRegression       = "max-regression"
+	flagLoadMethod          = "load-method"
+	flagLoadTimeout         = "load-timeout"
+	flagLoadMaxConns        = "load-max-conns"
 )
 
 func measureCommand() *cli.Command {
@@ -77,9 +80,9 @@ func measureFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagUpstreamsCmd, Usage: "command printing the upstream addresses (ip:port), one per line, for --observer cmd", Category: "Observer"},
 		&cli.Float64Flag{Name: measure.FlagRate, Value: 50, Usage: "load in requests per second through --url", Category: "Load"},
 		&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, as most 502 reports involve)", Category: "Load"},
-		&cli.StringFlag{Name: "load-method", Value: "GET", Usage: "GET, or POST: ingress controllers retry a refused GET on another pod but never a request with a body, so POST shows the 502s of non-idempotent APIs", Category: "Load"},
-		&cli.DurationFlag{Name: "load-timeout", Value: 5 * time.Second, Usage: "timeout of one load request", Category: "Load"},
-		&cli.IntFlag{Name: "load-max-conns", Usage: "most load requests in flight; more are counted as dropped (default: rate × timeout)", Category: "Load"},
+		&cli.StringFlag{Name: flagLoadMethod, Value: "GET", Usage: "GET, or POST: ingress controllers retry a refused GET on another pod but never a request with a body, so POST shows the 502s of non-idempotent APIs", Category: "Load"},
+		&cli.DurationFlag{Name: flagLoadTimeout, Value: 5 * time.Second, Usage: "timeout of one load request", Category: "Load"},
+		&cli.IntFlag{Name: flagLoadMaxConns, Usage: "most load requests in flight; more are counted as dropped (default: rate × timeout)", Category: "Load"},
 		&cli.StringFlag{Name: measure.FlagOut, Usage: "results file, JSON lines written as trials end (default epwindow-<time>.jsonl)", Category: "Output"},
 		&cli.BoolFlag{Name: measure.FlagKeep, Usage: "leave the namespace for inspection", Category: "Output"},
 		&cli.StringFlag{Name: flagBaseline, Usage: "results file of an earlier run to compare with (thresholds apply to the change)", Category: "Gate"},
@@ -104,6 +107,9 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		Observer:            c.String(measure.FlagObserver),
 		Rate:                c.Float64(measure.FlagRate),
 		KeepAlive:           c.Bool(measure.FlagKeepAlive),
+		LoadTimeout:         c.Duration(flagLoadTimeout),
+		LoadMaxConns:        c.Int(flagLoadMaxConns),
+		LoadMethod:          c.String(flagLoadMethod),
 		Hold:                wp.Hold,
 		QuietPeriod:         c.Duration(measure.FlagQuietPeriod),
 		TrialJitter:         c.Duration(measure.FlagTrialJitter),

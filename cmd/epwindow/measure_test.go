@@ -1,0 +1,82 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/epwindow/epwindow/measure"
+)
+
+// parseMeasure runs the measure command's flag parsing and returns the
+// typed configuration it builds.
+func parseMeasure(t *testing.T, args ...string) (measure.Config, error) {
+	t.Helper()
+	cmd := measureCommand()
+	var cfg measure.Config
+	var cfgErr error
+	cmd.Action = func(c *cli.Context) error {
+		cfg, cfgErr = measureConfig(c)
+		return nil
+	}
+	app := &cli.App{Name: "epwindow", Commands: []*cli.Command{cmd}, Writer: &strings.Builder{}, ErrWriter: &strings.Builder{}}
+	if err := app.Run(append([]string{"epwindow", "measure"}, args...)); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return cfg, cfgErr
+}
+
+// Every flag reaches its Config field: a flag that is parsed but not copied
+// over silently runs with the default.
+func TestMeasureConfigFromFlags(t *testing.T) {
+	cfg, err := parseMeasure(t, "--url", "http://127.0.0.1:9090", "--trials", "7", "--replicas", "4", "--mode", "rollout",
+		"--hold", "45s", "--quiet-period", "4s", "--grace-margin", "12s", "--settle-timeout", "2m", "--max-skew-uncertainty", "20ms",
+		"--drain", "3s", "--ingress-class", "nginx", "--host", "probe.example.com", "--observer", "none",
+		"--observer-interval", "250ms", "--rate", "80", "--keepalive", "--load-method", "POST", "--load-timeout", "2s",
+		"--load-max-conns", "64", "--image", "registry.example.com/epwindow:v1", "--prestop-sleep", "5s",
+		"--exit-on-sigterm", "--keep", "--stop-on-blind-observer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"Trials", cfg.Trials, 7}, {"Replicas", cfg.Replicas, int32(4)}, {"Mode", cfg.Mode, measure.ModeRollout},
+		{"Hold", cfg.Hold, 45 * time.Second}, {"QuietPeriod", cfg.QuietPeriod, 4 * time.Second},
+		{"GraceMargin", cfg.GraceMargin, 12 * time.Second}, {"SettleTimeout", cfg.SettleTimeout, 2 * time.Minute},
+		{"MaxSkewUncertainty", cfg.MaxSkewUncertainty, 20 * time.Millisecond}, {"Drain", cfg.Drain, 3 * time.Second},
+		{"IngressClass", cfg.IngressClass, "nginx"}, {"Host", cfg.Host, "probe.example.com"}, {"Observer", cfg.Observer, "none"},
+		{"ObserverOptions.Interval", cfg.ObserverOptions.Interval, 250 * time.Millisecond}, {"Rate", cfg.Rate, 80.0},
+		{"KeepAlive", cfg.KeepAlive, true}, {"LoadMethod", cfg.LoadMethod, http.MethodPost},
+		{"LoadTimeout", cfg.LoadTimeout, 2 * time.Second}, {"LoadMaxConns", cfg.LoadMaxConns, 64},
+		{"Image", cfg.Image, "registry.example.com/epwindow:v1"}, {"PreStop", cfg.PreStop, true},
+		{"PreStopSleep", cfg.PreStopSleep, 5 * time.Second}, {"ExitOnSigterm", cfg.ExitOnSigterm, true},
+		{"Keep", cfg.Keep, true}, {"StopOnBlindObserver", cfg.StopOnBlindObserver, true},
+		{"URL", cfg.URL.String(), "http://127.0.0.1:9090"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestMeasureConfigRejects(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--url", "http://x", "--load-method", "PUT"}, "--load-method"},
+		{[]string{"--url", "http://x", "--observer-interval", "0s"}, "--observer-interval"},
+		{[]string{"--url", "http://x", "--trials", "0"}, "--trials (0)"},
+		{[]string{"--url", "http://x", "--grace-margin", "0s"}, "--grace-margin"},
+	} {
+		if _, err := parseMeasure(t, tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: error %v, want one naming %s", tt.args, err, tt.want)
+		}
+	}
+}
