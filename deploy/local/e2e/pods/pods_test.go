@@ -320,6 +320,17 @@ func TestProbeDeploymentThroughSkipper(t *testing.T) {
 	} else if tl.Sigterm.Before(*tl.PrestopCalled) {
 		t.Errorf("probe got SIGTERM at %s before preStop at %s", tl.Sigterm, tl.PrestopCalled)
 	}
+	// epwindow reads a terminating probe's timeline through the API
+	// server's pod proxy (the API server dials the pod address).
+	raw, err := cs.CoreV1().Pods(ns).ProxyGet("http", victim, strconv.Itoa(testenv.ProbePort), "/timeline", nil).DoRaw(ctx)
+	if err != nil {
+		t.Errorf("GET /timeline through the pod proxy: %v", err)
+	} else {
+		var viaProxy probeTimeline
+		if err := json.Unmarshal(raw, &viaProxy); err != nil || viaProxy.Pod != victim {
+			t.Errorf("timeline through the pod proxy: pod %q, error %v; want pod %q", viaProxy.Pod, err, victim)
+		}
+	}
 	if err := release(ctx, victimIP); err != nil {
 		t.Errorf("release the probe: %v", err)
 	}
