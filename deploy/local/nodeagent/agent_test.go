@@ -115,7 +115,8 @@ func testPod(name string, args ...string) *v1.Pod {
 	}
 }
 
-// waitPod watches the pod until cond holds, or fails after timeout.
+// waitPod watches the pod until cond holds, or fails after timeout. The
+// current object is checked first, so conditions on state never miss.
 func waitPod(t testing.TB, client *fake.Clientset, name string, timeout time.Duration, what string, cond func(*v1.Pod, watch.EventType) bool) *v1.Pod {
 	t.Helper()
 	w, err := client.CoreV1().Pods("default").Watch(context.Background(), metav1.ListOptions{})
@@ -126,6 +127,12 @@ func waitPod(t testing.TB, client *fake.Clientset, name string, timeout time.Dur
 	if p, err := client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{}); err == nil && cond(p, watch.Modified) {
 		return p
 	}
+	return waitEvents(t, client, w, name, timeout, what, cond)
+}
+
+// waitEvents reads w until cond holds for an event of the pod.
+func waitEvents(t testing.TB, client *fake.Clientset, w watch.Interface, name string, timeout time.Duration, what string, cond func(*v1.Pod, watch.EventType) bool) *v1.Pod {
+	t.Helper()
 	deadline := time.After(timeout)
 	for {
 		select {
@@ -150,14 +157,28 @@ func podReady(p *v1.Pod) bool {
 	return false
 }
 
+// deletion is a graceful delete in progress: when it began, and a watch
+// started before it, so that no event of the termination is missed.
+type deletion struct {
+	t0     time.Time
+	w      watch.Interface
+	client *fake.Clientset
+	name   string
+}
+
 // deleteGracefully does what the API server does on DELETE with a grace
 // period: it sets deletionTimestamp and deletionGracePeriodSeconds.
-func deleteGracefully(t testing.TB, client *fake.Clientset, name string) time.Time {
+func deleteGracefully(t testing.TB, client *fake.Clientset, name string) deletion {
 	t.Helper()
 	p, err := client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	w, err := client.CoreV1().Pods("default").Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
 	t0 := time.Now()
 	g := *p.Spec.TerminationGracePeriodSeconds
 	p.DeletionTimestamp = ptr.To(metav1.NewTime(t0.Add(time.Duration(g) * time.Second)))
@@ -165,7 +186,13 @@ func deleteGracefully(t testing.TB, client *fake.Clientset, name string) time.Ti
 	if _, err := client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return t0
+	return deletion{t0: t0, w: w, client: client, name: name}
+}
+
+// wait reads the deletion's events until cond holds.
+func (d deletion) wait(t testing.TB, timeout time.Duration, what string, cond func(*v1.Pod, watch.EventType) bool) *v1.Pod {
+	t.Helper()
+	return waitEvents(t, d.client, d.w, d.name, timeout, what, cond)
 }
 
 func TestPodRunsAndTerminatesLikeKubelet(t *testing.T) {
@@ -202,9 +229,10 @@ func TestPodRunsAndTerminatesLikeKubelet(t *testing.T) {
 		t.Errorf("container sees hostname %q uid %d read-only root %v, want web-1, 65532, true", rep.Hostname, rep.UID, rep.RootRO)
 	}
 
-	t0 := deleteGracefully(t, client, "web-1")
+	del := deleteGracefully(t, client, "web-1")
+	t0 := del.t0
 	var final *v1.Pod
-	waitPod(t, client, "web-1", 20*time.Second, "deleted by the agent", func(p *v1.Pod, ev watch.EventType) bool {
+	del.wait(t, 20*time.Second, "deleted by the agent", func(p *v1.Pod, ev watch.EventType) bool {
 		if ev == watch.Deleted {
 			return true
 		}
@@ -243,10 +271,11 @@ func TestSigtermIgnoredIsKilledAtGracePeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPod(t, client, pod.Name, 30*time.Second, "Ready", func(p *v1.Pod, _ watch.EventType) bool { return podReady(p) })
-	t0 := deleteGracefully(t, client, pod.Name)
+	del := deleteGracefully(t, client, pod.Name)
+	t0 := del.t0
 	var final *v1.Pod
 	var notReadyAt time.Time
-	waitPod(t, client, pod.Name, 20*time.Second, "deleted by the agent", func(p *v1.Pod, ev watch.EventType) bool {
+	del.wait(t, 20*time.Second, "deleted by the agent", func(p *v1.Pod, ev watch.EventType) bool {
 		if ev == watch.Deleted {
 			return true
 		}

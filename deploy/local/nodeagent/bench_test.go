@@ -31,9 +31,10 @@ func BenchmarkPodLifecycle(b *testing.B) {
 		}
 		waitPod(b, client, pod.Name, 30*time.Second, "Ready", func(p *v1.Pod, _ watch.EventType) bool { return podReady(p) })
 		start += time.Since(t0)
-		t1 := deleteGracefully(b, client, pod.Name)
-		waitPod(b, client, pod.Name, 30*time.Second, "deleted", func(_ *v1.Pod, ev watch.EventType) bool { return ev == watch.Deleted })
-		stop += time.Since(t1)
+		del := deleteGracefully(b, client, pod.Name)
+		del.wait(b, 30*time.Second, "deleted", func(_ *v1.Pod, ev watch.EventType) bool { return ev == watch.Deleted })
+		stop += time.Since(del.t0)
+		del.w.Stop()
 	}
 	b.ReportMetric(float64(start.Milliseconds())/float64(b.N), "ms/start")
 	b.ReportMetric(float64(stop.Milliseconds())/float64(b.N), "ms/teardown")

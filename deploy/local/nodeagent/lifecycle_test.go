@@ -22,9 +22,10 @@ func TestPreStopSleepCountsAgainstGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPod(t, client, pod.Name, 30*time.Second, "Ready", func(p *v1.Pod, _ watch.EventType) bool { return podReady(p) })
-	t0 := deleteGracefully(t, client, pod.Name)
+	del := deleteGracefully(t, client, pod.Name)
+	t0 := del.t0
 	var final *v1.Pod
-	waitPod(t, client, pod.Name, 20*time.Second, "deleted by the agent", func(p *v1.Pod, ev watch.EventType) bool {
+	del.wait(t, 20*time.Second, "deleted by the agent", func(p *v1.Pod, ev watch.EventType) bool {
 		final = p
 		return ev == watch.Deleted
 	})
@@ -61,9 +62,9 @@ func TestPreStopExecRunsInPodNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPod(t, client, pod.Name, 30*time.Second, "Ready", func(p *v1.Pod, _ watch.EventType) bool { return podReady(p) })
-	deleteGracefully(t, client, pod.Name)
+	del := deleteGracefully(t, client, pod.Name)
 	var final *v1.Pod
-	waitPod(t, client, pod.Name, 20*time.Second, "deleted by the agent", func(p *v1.Pod, ev watch.EventType) bool {
+	del.wait(t, 20*time.Second, "deleted by the agent", func(p *v1.Pod, ev watch.EventType) bool {
 		final = p
 		return ev == watch.Deleted
 	})
@@ -175,8 +176,8 @@ func TestCompletedPodReleasesNetworkAndIsDeletedOnRequest(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	deleteGracefully(t, client, pod.Name)
-	waitPod(t, client, pod.Name, 10*time.Second, "deleted by the agent", func(_ *v1.Pod, ev watch.EventType) bool { return ev == watch.Deleted })
+	del := deleteGracefully(t, client, pod.Name)
+	del.wait(t, 10*time.Second, "deleted by the agent", func(_ *v1.Pod, ev watch.EventType) bool { return ev == watch.Deleted })
 }
 
 func TestLivenessFailureRestartsAndStartupGatesReadiness(t *testing.T) {
@@ -216,7 +217,7 @@ func TestReadinessFollowsTheProbeWhileTerminating(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPod(t, client, pod.Name, 30*time.Second, "Ready", func(p *v1.Pod, _ watch.EventType) bool { return podReady(p) })
-	t0 := deleteGracefully(t, client, pod.Name)
+	t0 := deleteGracefully(t, client, pod.Name).t0
 	p := waitPod(t, client, pod.Name, 10*time.Second, "not Ready", func(p *v1.Pod, _ watch.EventType) bool { return !podReady(p) })
 	d := time.Since(t0)
 	// The app answers 503 from SIGTERM on; with periodSeconds 1 and
