@@ -351,6 +351,11 @@ wait:
 	if est, ok := r.gen.Skew(in.pod); ok {
 		in.skew, in.skewOK = est, true
 	}
+	// Requests to the vanished address may still hang (no route to host
+	// takes seconds); their failures count once they have an outcome.
+	if err := r.gen.Settle(ctx, end); err != nil {
+		return nil, err
+	}
 	in.failures = r.gen.Failures(in.t0, end)
 	if st, ok := r.heartbeat.stalledBetween(in.t0, end); ok {
 		in.invalid = append(in.invalid, fmt.Sprintf("the API server did not answer from %s for %s: watch-stamped stages may be late by as much",

@@ -54,6 +54,9 @@ type Generator struct {
 	mu       sync.Mutex
 	pods     map[string]*PodStats
 	failures *failureRing
+	// pending holds the scheduled instant of each request in flight, by
+	// sequence number, for Settle.
+	pending map[uint64]time.Time
 }
 
 // New checks cfg and builds a Generator. Instants are read from clk; if clk
@@ -80,6 +83,7 @@ func New(cfg Config, clk clock.PassiveClock) (*Generator, error) {
 		sem:      make(chan struct{}, cfg.MaxConns),
 		pods:     map[string]*PodStats{},
 		failures: newFailureRing(cfg.FailureHistory),
+		pending:  map[uint64]time.Time{},
 	}
 	g.client = &http.Client{
 		Transport: newTransport(cfg),
@@ -175,10 +179,16 @@ func (g *Generator) Run(ctx context.Context) error {
 		g.sent.Add(1)
 		g.inFlight.Add(1)
 		g.latest.Store(g.clk.Now().UnixNano())
+		g.mu.Lock()
+		g.pending[hits] = scheduled
+		g.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			g.hit(reqCtx, scheduled)
+			g.mu.Lock()
+			delete(g.pending, hits)
+			g.mu.Unlock()
 			g.inFlight.Add(-1)
 			<-g.sem
 		}()
@@ -285,6 +295,35 @@ func (g *Generator) succeed(scheduled, began, s, r time.Time, h http.Header) {
 	}
 	if hasTime {
 		ps.Skew = merge(ps.Skew, sample(s, r, p))
+	}
+}
+
+// Settle waits until every request scheduled before t has an outcome, so
+// that Failures up to t is complete: a request to a vanished pod address can
+// hang until its timeout (no route to host takes seconds) and is only then
+// filed, under its scheduled instant. It returns at once when nothing older
+// than t is in flight, and at the latest after the request timeout.
+func (g *Generator) Settle(ctx context.Context, t time.Time) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		g.mu.Lock()
+		busy := false
+		for _, at := range g.pending {
+			if at.Before(t) {
+				busy = true
+				break
+			}
+		}
+		g.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-tick.C:
+		}
 	}
 }
 

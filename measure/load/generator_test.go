@@ -421,3 +421,40 @@ func TestGeneratorPost(t *testing.T) {
 		t.Fatalf("DELETE accepted: %v", err)
 	}
 }
+
+// Settle waits for requests that hang (here: a server that answers 502 only
+// once 300 ms have passed) so that failures filed under their scheduled
+// instants are all counted.
+func TestGeneratorSettle(t *testing.T) {
+	openAt := time.Now().Add(300 * time.Millisecond)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Until(openAt))
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	defer srv.Close()
+	g, err := New(Config{URL: srv.URL, Rate: 50}, clock.RealClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, g)
+	defer stop()
+	eventually(t, "a request in flight", func() bool { return g.Totals().InFlight > 0 })
+	until := time.Now()
+	if !until.Before(openAt) {
+		t.Fatal("the machine is too slow for this test's 300 ms gate")
+	}
+	if got := g.Failures(time.Time{}, until)["status_502"]; got != 0 {
+		t.Fatalf("%d failures before any answer", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Settle(ctx, until); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if time.Now().Before(openAt) {
+		t.Fatal("Settle returned before the hanging requests were answered")
+	}
+	if got := g.Failures(time.Time{}, until)["status_502"]; got < 1 {
+		t.Fatalf("after Settle, %d status_502 failures before %v; want the hanging requests counted", got, until)
+	}
+}
