@@ -27,14 +27,17 @@ const ingressClass = "skipper"
 // trials per run. compare judges a quantile only when at least
 // results.MinTailTrials (5) trials of each run lie above it
 // (results.Judged): p50 needs 10 valid trials, p95 100 (far too slow
-// here), so the verdicts rest on p50. With deletions spread evenly over
-// Skipper's cycle (jitter), upstream_removed is about uniform on
-// 0..poll: p50 ≈ 0.5 s against ≈ 1.5 s. The 99% bootstrap interval of
-// that 1 s shift excludes 0 in 287 of 300 simulated pairs of 20-trial runs
-// and in 300 of 300 at 24 (results.Compare on uniform samples with
-// stratified phases and 0..200 ms of observer lag); 12 trials were not
-// enough (8 of 100).
-const trials = 24
+// here), so the verdicts rest on p50. With deletions spread over Skipper's
+// cycle (jitter), upstream_removed is about uniform on 0..poll: p50 ≈ 0.5 s
+// against ≈ 1.5 s, a 1 s shift between two wide distributions, and the
+// percentile bootstrap's 99% interval of a median difference is wide. In
+// 200 simulated pairs of runs (results.Compare; phases drawn independently,
+// or stratified as measure draws them but blurred by 0..400 ms of the
+// trial's own timing; 0..200 ms of observer lag) the shift was judged worse
+// in 149 and 175 at 24 trials, 181 and 199 at 32, 188 and 200 at 40; a real
+// pair of 24-trial runs was not (p50 0.60 s → 1.47 s, interval from
+// −0.11 s). 40 trials of about 6 s each keep a run near 4 minutes.
+const trials = 40
 
 // jitter is --trial-jitter: 3 s is a whole number of cycles of both
 // Skipper poll intervals (3 × 1 s, 1 × 3 s), so the stratified pauses put
