@@ -52,7 +52,9 @@ func runLine(h *Header) []string {
 		parts = append(parts, "Kubernetes "+h.ServerVersion)
 	}
 	if in := h.Ingress; in.Controller != "" || in.Class != "" {
-		s := "ingress " + strings.TrimSpace(in.Controller+" "+in.Version)
+		// An explicit --observer skips reading the IngressClass: no
+		// controller name, only the class.
+		s := strings.TrimSpace("ingress " + strings.TrimSpace(in.Controller+" "+in.Version))
 		if in.Class != "" {
 			s += " (class " + in.Class + ")"
 		}

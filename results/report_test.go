@@ -176,3 +176,12 @@ func TestPerfDataLayout(t *testing.T) {
 		t.Errorf("version %q, window item found %v", pd.Version, found)
 	}
 }
+
+// An explicit --observer leaves the IngressClass's controller unread: the
+// run line names the class alone, without a gap where the name would be.
+func TestRunLineWithoutController(t *testing.T) {
+	got := strings.Join(runLine(&Header{Ingress: Ingress{Class: "skipper"}}), "\n")
+	if !strings.Contains(got, "ingress (class skipper)") {
+		t.Errorf("run line %q, want it to contain %q", got, "ingress (class skipper)")
+	}
+}
