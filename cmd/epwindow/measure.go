@@ -208,6 +208,15 @@ func runMeasure(c *cli.Context) error {
 	prog.done()
 
 	// Whatever happened, the finished trials are on disk; summarise them.
+	saved := fmt.Sprintf("%d finished trials in %s", len(sink.trials), outPath)
+	if sink.header == nil {
+		// Stopped before steady state: nothing was written, and an empty
+		// file is no results file (results.Decode rejects it); leave none.
+		f.Close()
+		if err := os.Remove(outPath); err == nil {
+			saved = "no trial finished; no results file written"
+		}
+	}
 	if sink.header != nil {
 		sum := results.NewSummary(sink.header, results.Options{})
 		for _, r := range sink.trials {
@@ -236,7 +245,7 @@ func runMeasure(c *cli.Context) error {
 		return nil
 	case c.Context.Err() != nil:
 		// SIGINT/SIGTERM (signal.NotifyContext in main) cancelled the run.
-		return cli.Exit(fmt.Sprintf("epwindow measure: interrupted; cleaned up; %d finished trials in %s", len(sink.trials), outPath), exitInterrupted)
+		return cli.Exit("epwindow measure: interrupted; cleaned up; "+saved, exitInterrupted)
 	case apierrors.IsForbidden(runErr):
 		return cli.Exit("epwindow measure: "+runErr.Error(), exitForbidden)
 	default:
