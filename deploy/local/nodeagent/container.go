@@ -256,6 +256,17 @@ func (w *podWorker) probeLoop(ctx context.Context, c *container, run int, starte
 	last := initial
 	ticker := time.NewTicker(pp.Period)
 	defer ticker.Stop()
+	if kind != "readiness" {
+		// The kubelet's first probe of a new container comes on its
+		// worker's next tick, up to a period after the start. A startup
+		// or liveness probe sent the instant the process starts would
+		// find nothing listening and, at failureThreshold 1, kill it.
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ticker.C:
+		}
+	}
 	for {
 		if time.Since(started) >= pp.InitialDelay {
 			err := w.probeOnce(ctx, c, probe, pp.Timeout)
