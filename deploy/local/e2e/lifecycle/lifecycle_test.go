@@ -3,13 +3,16 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/epwindow/epwindow/deploy/local/e2e/testenv"
 )
@@ -90,10 +93,29 @@ func TestStartupAndTeardown(t *testing.T) {
 		t.Errorf("startup to READY took %s, want ≤ %s (goal 10s; logs in %s)", ready, startupBound, dir)
 	}
 	runSleeper(ctx, t, c.Client)
+	checkRestricted(ctx, t, c)
 	if err := c.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	checkLeftovers(ctx, t, dir)
+}
+
+// checkRestricted: DIR/kubeconfig-restricted authenticates (a token) but
+// its user has no RBAC bindings, so listing pods is forbidden.
+func checkRestricted(ctx context.Context, t *testing.T, c *testenv.Cluster) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.Dir, "kubeconfig-restricted"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("restricted user listing pods: error %v, want Forbidden", err)
+	}
 }
 
 func TestStartAfterCrashCleansUp(t *testing.T) {
