@@ -36,7 +36,7 @@ const ingressClass = "skipper"
 // trial's own timing; 0..200 ms of observer lag) the shift was judged worse
 // in 149 and 175 at 24 trials, 181 and 199 at 32, 188 and 200 at 40; a real
 // pair of 24-trial runs was not (p50 0.60 s → 1.47 s, interval from
-// −0.11 s). 40 trials of about 6 s each keep a run near 4 minutes.
+// −0.11 s). 40 trials take 5 to 7 minutes a run on this shared machine.
 const trials = 40
 
 // jitter is --trial-jitter: 3 s is a whole number of cycles of both
