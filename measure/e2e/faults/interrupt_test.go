@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -169,23 +171,82 @@ func checkResultsFile(t *testing.T, path string) (trials int, created bool) {
 	return len(file.Trials), true
 }
 
+// phaseWindow is one phase of the uninterrupted run, by the first progress
+// line of the phase and of the next one.
+type phaseWindow struct {
+	name     string
+	from, to time.Duration
+}
+
+// phaseWindows splits the uninterrupted run (2 trials, length L) at the
+// first progress line of each phase; the bar shows finished trials, so
+// trial 1 runs under "0/2 trial" and the wait before trial 2 is "1/2 steady".
+func phaseWindows(r *cliRun, length time.Duration) []phaseWindow {
+	marks := []struct{ name, line string }{
+		{"start", ""}, // flags, kubeconfig, preflight: before any progress line
+		{"setup", "0/2 setup"},
+		{"steady", "0/2 steady"},
+		{"trial 1", "0/2 trial"},
+		{"between", "1/2 steady"},
+		{"trial 2", "1/2 trial"},
+		{"cleanup", "cleanup"},
+	}
+	var at []time.Duration
+	for _, m := range marks {
+		d, ok := time.Duration(0), true
+		if m.line != "" {
+			d, ok = r.firstLine(m.line)
+		}
+		if !ok {
+			d = -1
+		}
+		at = append(at, d)
+	}
+	var out []phaseWindow
+	for i, m := range marks {
+		if at[i] < 0 {
+			continue
+		}
+		end := length
+		for _, d := range at[i+1:] {
+			if d >= 0 {
+				end = d
+				break
+			}
+		}
+		if i == 0 {
+			// start ends at the first progress line of any kind.
+			if first, ok := r.firstLine("/2 "); ok {
+				end = first
+			}
+		}
+		if end > at[i] {
+			out = append(out, phaseWindow{m.name, at[i], end})
+		}
+	}
+	return out
+}
+
 // SIGINT at 20 moments spread over a whole run — flag parsing, preflight,
 // namespace creation, steady state, mid-trial, between trials, cleanup —
 // always leaves the cluster clean and the results file decodable.
 //
-// A first, uninterrupted run gives the run length L and the phase
-// boundaries. The moments are stratified: the i-th SIGINT goes to a run at
-// a uniformly random delay in [i, i+1)·L/20 (seeded), so every part of the
-// run gets one, in order. After each run: exit code 0 (the run had ended,
-// or only cleanup was left) or 130; no namespace labelled
-// app.kubernetes.io/managed-by=epwindow and no probe pod left; the results
-// file, if created, decodes with results.Decode.
+// A first, uninterrupted run gives the run length L and its phases. Some
+// phases last milliseconds (preflight) and others seconds, so the moments
+// are drawn per phase (seeded): two uniformly inside each phase of the
+// uninterrupted run, the rest stratified over [0, L) — the i-th of k
+// uniformly in [i, i+1)·L/k. Runs vary, so the phase a SIGINT really hit is
+// read from the run's own last progress line and logged. After each run:
+// exit code 0 (the trials had finished; only cleanup or the report was
+// left) or 130; no namespace labelled app.kubernetes.io/managed-by=epwindow
+// and no probe pod left; the results file, if one is left, decodes with
+// results.Decode.
 func TestInterruptAtRandomMoments(t *testing.T) {
 	bin := epwindowBin(t)
 	began := time.Now()
 	const trials = "2"
 
-	// The uninterrupted run: its length spans the moments.
+	// The uninterrupted run: its length and phases place the moments.
 	out := filepath.Join(t.TempDir(), "calibration.jsonl")
 	cal := startCLI(t, bin, measureArgs("--trials", trials, "--out", out)...)
 	cal.wait(t, 5*time.Minute)
@@ -199,19 +260,29 @@ func TestInterruptAtRandomMoments(t *testing.T) {
 	if ns, pods := leftovers(t); len(ns)+len(pods) > 0 {
 		t.Fatalf("uninterrupted run left namespaces %v, pods %v", ns, pods)
 	}
-	phases := []string{"setup", "steady", "1/2 trial", "1/2 steady", "2/2 trial", "cleanup"}
-	var bounds []string
-	for _, p := range phases {
-		if at, ok := cal.firstLine(p); ok {
-			bounds = append(bounds, fmt.Sprintf("%s@%s", p, at.Round(100*time.Millisecond)))
-		}
+	windows := phaseWindows(cal, length)
+	var desc []string
+	for _, w := range windows {
+		desc = append(desc, fmt.Sprintf("%s [%s, %s)", w.name, w.from.Round(time.Millisecond), w.to.Round(time.Millisecond)))
 	}
-	t.Logf("uninterrupted run: %s (first line of each phase: %s)", length.Round(100*time.Millisecond), strings.Join(bounds, " "))
+	t.Logf("uninterrupted run: %s; phases: %s", length.Round(time.Millisecond), strings.Join(desc, ", "))
 
 	rng := rand.New(rand.NewPCG(*seed, 0))
+	var delays []time.Duration
+	for _, w := range windows {
+		for range 2 {
+			if len(delays) < interrupts {
+				delays = append(delays, w.from+time.Duration(rng.Float64()*float64(w.to-w.from)))
+			}
+		}
+	}
+	for i, k := 0, interrupts-len(delays); i < k; i++ {
+		delays = append(delays, time.Duration((float64(i)+rng.Float64())*float64(length)/float64(k)))
+	}
+	slices.Sort(delays)
+
 	hits := map[string]int{}
-	for i := range interrupts {
-		delay := time.Duration((float64(i) + rng.Float64()) * float64(length) / interrupts)
+	for i, delay := range delays {
 		out := filepath.Join(t.TempDir(), "results.jsonl")
 		r := startCLI(t, bin, measureArgs("--trials", trials, "--out", out)...)
 		phase, sentAt := "finished", time.Duration(0)
@@ -249,4 +320,60 @@ func TestInterruptAtRandomMoments(t *testing.T) {
 		}
 	}
 	t.Logf("%d SIGINTs by phase: %v; test took %s", interrupts, hits, time.Since(began).Round(time.Second))
+}
+
+// The preflight lasts tens of milliseconds, too short for random moments
+// to hit reliably; this holds it open instead. --url points at a listener
+// that accepts connections and never answers, so the preflight's request
+// to --url waits (it gives up after 5 s); SIGINT 1 s into that wait must
+// end the run as an interrupt — exit 130, not a bad-input code — with
+// nothing created and no results file.
+func TestInterruptDuringPreflight(t *testing.T) {
+	bin := epwindowBin(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	before, _ := leftovers(t)
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+	r := startCLI(t, bin, append(measureArgs("--trials", "2", "--out", out), "--url", "http://"+ln.Addr().String())...)
+	select {
+	case <-r.done:
+		t.Fatalf("measure ended before the SIGINT although --url never answers; stderr:\n%s", r.log())
+	case <-time.After(time.Second):
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, time.Minute)
+	if code, _ := exitStatus(r.err); code != 130 {
+		t.Errorf("SIGINT during the preflight: exit %d, want 130; stderr:\n%s", code, r.log())
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("results file after an interrupted preflight: stat error %v, want none created", err)
+	}
+	if ns, pods := leftovers(t); len(ns) != len(before) || len(pods) > 0 {
+		t.Errorf("an interrupted preflight left namespaces %v and probe pods %v", ns, pods)
+	}
 }
