@@ -56,6 +56,36 @@ type Cluster struct {
 	done    chan struct{}
 	waitErr error
 	tmpDir  bool
+	lock    *os.File
+}
+
+// LockFile serialises local clusters on this machine: they share the pod
+// network (10.244.0.0/16, one bridge), so test packages that run in parallel
+// take turns. Start holds it until Stop.
+const LockFile = "/run/epwindow-local-tests.lock"
+
+// acquireLock blocks until this process holds LockFile or ctx ends.
+func acquireLock(ctx context.Context) (*os.File, error) {
+	f, err := os.OpenFile(LockFile, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s (the local cluster needs root): %w", LockFile, err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", LockFile, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("waiting for another test package's local cluster to stop (%s): %w", LockFile, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // Binary returns the path of bin/epwindow-local in the repository that
@@ -93,13 +123,23 @@ func repoRoot() (string, error) {
 }
 
 // Start runs `bin/epwindow-local up` and waits for its READY line. The
-// cluster needs root (network namespaces). On failure it returns the tail
-// of the cluster's log in the error.
-func Start(ctx context.Context, o Options) (*Cluster, error) {
+// cluster needs root (network namespaces). Only one local cluster runs at a
+// time: Start first waits (bounded by ctx) for another package's cluster to
+// stop. On failure it returns the tail of the cluster's log in the error.
+func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
 	}
+	lock, err := acquireLock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			lock.Close()
+		}
+	}()
 	if o.Nodes == 0 {
 		o.Nodes = 2
 	}
@@ -109,7 +149,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Minute
 	}
-	c := &Cluster{Dir: o.Dir, done: make(chan struct{})}
+	c := &Cluster{Dir: o.Dir, done: make(chan struct{}), lock: lock}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "epwindow-local-"); err != nil {
 			return nil, err
@@ -225,6 +265,7 @@ func (c *Cluster) Done() <-chan struct{} { return c.done }
 // returns the process's exit error; a temporary Dir is removed after a
 // clean exit.
 func (c *Cluster) Stop() error {
+	defer c.lock.Close() // releases LockFile
 	select {
 	case <-c.done:
 	default:
