@@ -190,6 +190,10 @@ func runMeasure(c *cli.Context) error {
 	}
 	cfg.Client, cfg.RESTConfig, cfg.ClusterName = client, restCfg, ctxName
 	if code, err := preflight(c.Context, cfg); err != nil {
+		if c.Context.Err() != nil {
+			// Ctrl-C cut a check short: not the check's failure.
+			return cli.Exit("epwindow measure: interrupted during the preflight; nothing was created", exitInterrupted)
+		}
 		return cli.Exit("epwindow measure: "+err.Error(), code)
 	}
 
