@@ -42,4 +42,4 @@ bin/epwindow measure --kubeconfig "$kubeconfig" --url "$ingress" --ingress-class
 
 echo
 echo "==> epwindow report --format markdown (what goes into the platform docs)"
-bin/epwindow report "$out" --format markdown
+bin/epwindow report --format markdown "$out"

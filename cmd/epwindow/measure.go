@@ -237,7 +237,7 @@ func runMeasure(c *cli.Context) error {
 		if err := results.Reporters["text"](sum)(c.App.Writer); err != nil {
 			return cli.Exit("epwindow measure: render report: "+err.Error(), exitFailure)
 		}
-		fmt.Fprintf(c.App.Writer, "\nresults: %s  (epwindow report %s --format markdown)\n", outPath, outPath)
+		fmt.Fprintf(c.App.Writer, "\nresults: %s  (epwindow report --format markdown %s)\n", outPath, outPath)
 		if runErr == nil {
 			if code, err := gate(c.App.Writer, sum, thresholds, baseline); err != nil {
 				return cli.Exit("epwindow measure: "+err.Error(), code)
