@@ -83,6 +83,9 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 	r := &runner{cfg: cfg, progress: progress, runID: newRunID()}
 	r.ns = "epwindow-" + r.runID
 	r.last = Progress{Trials: cfg.Trials}
+	// Set before anything is created: cleanup releases probes through it,
+	// also after a create cut short by Ctrl-C.
+	r.probes = probeClient{client: cfg.Client, ns: r.ns, port: deploy.DefaultPort}
 
 	serverVersion := ""
 	if v, verr := cfg.Client.Discovery().ServerVersion(); verr == nil {
@@ -242,7 +245,6 @@ func (r *runner) podSelector() labels.Selector {
 // state and runs the trials.
 func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serverVersion string) error {
 	cfg := r.cfg
-	r.probes = probeClient{client: cfg.Client, ns: r.ns, port: deploy.DefaultPort}
 	r.heartbeat = newHeartbeat(cfg.Client, cfg.Clock)
 	g.Go(func() error { return r.heartbeat.run(ctx) })
 	r.watch = newWatcher(cfg.Client, cfg.Clock, r.ns, r.podSelector(), r.wl.Service.Name)
