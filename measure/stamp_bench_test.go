@@ -99,7 +99,10 @@ func BenchmarkStampSliceEvent(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s.Endpoints[i%perSlice].Conditions.Serving = ptr.To(i%2 == 0)
+		// Flip serving, so that every update changes the object and makes
+		// a watch event (an update that changes nothing makes none).
+		c := &s.Endpoints[i%perSlice].Conditions
+		c.Serving = ptr.To(c.Serving != nil && !*c.Serving)
 		mu.Lock()
 		before := len(handle)
 		mu.Unlock()
