@@ -166,6 +166,11 @@ func runMeasure(t *testing.T, cfg measure.Config, onProgress func(measure.Progre
 	return sink, err
 }
 
+// measureRun runs measure.Run on ctx without progress output.
+func measureRun(ctx context.Context, cfg measure.Config, sink *memSink) error {
+	return measure.Run(ctx, cfg, sink, nil)
+}
+
 // leftovers lists what measure runs left behind: namespaces labelled as
 // epwindow's and probe pods (labelled app.kubernetes.io/name=epwindow-probe)
 // in any namespace, except those in the tests' own namespaces.
