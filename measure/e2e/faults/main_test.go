@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -56,10 +55,6 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		if err := ensureIngressClass(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
 		return m.Run()
 	}()
 	if err := c.Stop(); err != nil {
@@ -67,29 +62,6 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
-}
-
-// ensureIngressClass creates IngressClass "skipper" (controller
-// zalando.org/skipper) when the local cluster does not have it: measure's
-// preflight and its observer read the class named by --ingress-class.
-func ensureIngressClass() error {
-	ctx := context.Background()
-	_, err := admin.NetworkingV1().IngressClasses().Get(ctx, ingressClass, metav1.GetOptions{})
-	if err == nil {
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("read IngressClass %s: %w", ingressClass, err)
-	}
-	ic := &networkingv1.IngressClass{
-		ObjectMeta: metav1.ObjectMeta{Name: ingressClass},
-		Spec:       networkingv1.IngressClassSpec{Controller: "zalando.org/skipper"},
-	}
-	if _, err := admin.NetworkingV1().IngressClasses().Create(ctx, ic, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create IngressClass %s: %w", ingressClass, err)
-	}
-	fmt.Fprintf(os.Stderr, "created IngressClass %s (controller zalando.org/skipper): the local cluster has none\n", ingressClass)
-	return nil
 }
 
 // epwindowBin is bin/epwindow as make build leaves it; the node agent runs

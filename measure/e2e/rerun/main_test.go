@@ -12,11 +12,6 @@ import (
 	"testing"
 	"time"
 
-	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/epwindow/epwindow/internal/localcluster"
 )
 
@@ -110,9 +105,6 @@ func measureOn(r *run) (retErr error) {
 			retErr = errors.Join(retErr, fmt.Errorf("stop local cluster: %w", err))
 		}
 	}()
-	if err := ensureIngressClass(ctx, c); err != nil {
-		return err
-	}
 	cmd := exec.CommandContext(ctx, bin, "measure", "--kubeconfig", c.Kubeconfig,
 		"--url", c.IngressURL, "--ingress-class", ingressClass,
 		"--observer", "skipper", "--observer-url", c.RoutesURL, "--observer-interval", "200ms",
@@ -124,32 +116,6 @@ func measureOn(r *run) (retErr error) {
 	if err != nil {
 		return fmt.Errorf("epwindow measure: %w\n%s", err, r.output)
 	}
-	return nil
-}
-
-// ensureIngressClass creates IngressClass "skipper" (controller
-// zalando.org/skipper) when the local cluster has none: measure's preflight
-// refuses an --ingress-class the cluster does not have.
-func ensureIngressClass(ctx context.Context, c *localcluster.Cluster) error {
-	client, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
-	_, err = client.NetworkingV1().IngressClasses().Get(ctx, ingressClass, metav1.GetOptions{})
-	if err == nil {
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("read IngressClass %s: %w", ingressClass, err)
-	}
-	ic := &networkingv1.IngressClass{
-		ObjectMeta: metav1.ObjectMeta{Name: ingressClass},
-		Spec:       networkingv1.IngressClassSpec{Controller: "zalando.org/skipper"},
-	}
-	if _, err := client.NetworkingV1().IngressClasses().Create(ctx, ic, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create IngressClass %s: %w", ingressClass, err)
-	}
-	fmt.Fprintf(os.Stderr, "created IngressClass %s (controller zalando.org/skipper): the local cluster has none\n", ingressClass)
 	return nil
 }
 
