@@ -77,11 +77,9 @@ test: fmt-check vet build cluster
 # (hack/bench-load.sh, about 1.5 minutes; vegeta is installed into .cache/bin); the probe's
 # req/s against a bare net/http handler and its heap under 10^6 requests from
 # 10^4 peers (hack/bench-probe.sh, about two minutes).
-bench: build cluster
+bench: build
 	hack/bench-load.sh
 	hack/bench-probe.sh
-	@echo "== stamping EndpointSlice events under a 5,000-endpoint Service (local cluster)"
-	$(GO) test -run '^$$' -bench BenchmarkStampSliceEvent -benchtime 300x ./measure/
 
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.

@@ -48,9 +48,6 @@ type watcher struct {
 	// terminating pod begin a trial by itself: T0 is that sight.
 	follow   func(*corev1.Pod) bool
 	followed []*trialWatch // begun by follow, not yet taken by the runner
-	// handled, when set (benchmarks), is called at the end of each slice
-	// event's handling with the event's stamp.
-	handled func(seen time.Time)
 }
 
 type watchError struct {
@@ -214,9 +211,6 @@ func (w *watcher) sliceEvent(seen time.Time) {
 	}
 	w.mu.Unlock()
 	w.notify()
-	if w.handled != nil {
-		w.handled(seen)
-	}
 }
 
 // applySlices applies the cached slices to tw; the caller holds w.mu.
