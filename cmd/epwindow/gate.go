@@ -13,12 +13,8 @@ import (
 // gateConfig reads --max-p99, --max-regression and --baseline. The baseline
 // file is read now, so a typo fails before anything is created.
 func gateConfig(c *cli.Context) (results.Thresholds, *results.Summary, error) {
-	var t results.Thresholds
-	var err error
-	if t.MaxP99, err = results.ParseMaxP99(c.StringSlice(flagMaxP99)); err != nil {
-		return t, nil, err
-	}
-	if t.MaxRegression, err = results.ParseRegression(c.String(flagMaxRegression)); err != nil {
+	t, err := compareThresholds(c)
+	if err != nil {
 		return t, nil, err
 	}
 	path := c.String(flagBaseline)
@@ -37,14 +33,9 @@ func gateConfig(c *cli.Context) (results.Thresholds, *results.Summary, error) {
 
 // loadSummary decodes a results file and summarises its trials.
 func loadSummary(path string) (*results.Summary, error) {
-	f, err := os.Open(path)
+	file, err := readResults(path, os.Stdin)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	file, err := results.Decode(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return results.Summarize(file, results.Options{}), nil
 }
