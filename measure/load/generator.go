@@ -257,15 +257,17 @@ func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 // finish records a failed request, due at scheduled and begun at began.
 func (g *Generator) finish(scheduled, began time.Time, kind string) {
 	g.latency.add(g.clk.Since(began))
-	g.failed.Add(1)
 	g.recordFailure(scheduled, kind)
+	g.failed.Add(1) // after the record, as in succeed
 }
 
 // succeed records a 2xx response whose request went out at s and whose first
 // byte came back at r.
 func (g *Generator) succeed(scheduled, began, s, r time.Time, h http.Header) {
 	g.latency.add(g.clk.Since(began))
-	g.ok.Add(1)
+	// Counted last (defers run after the unlock below), so whoever reads
+	// OK == n also finds all n responses in the per-pod stats.
+	defer g.ok.Add(1)
 	pod := h.Get(HeaderPod)
 	if pod == "" {
 		g.unattributed.Add(1)
