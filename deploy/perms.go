@@ -153,6 +153,9 @@ type MissingError struct {
 	Missing []Perm
 	// Manifest is where the rules are, e.g. "deploy/rbac/cluster".
 	Manifest string
+	// Namespace, when set, is the existing namespace the run-scoped
+	// permissions were checked in (measure --namespace).
+	Namespace string
 }
 
 // Error lists the missing permissions, one per line.
@@ -160,6 +163,9 @@ func (e *MissingError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "missing %d permission(s); nothing was created:\n", len(e.Missing))
 	for _, p := range e.Missing {
+		if p.Scope == ScopeRun && e.Namespace != "" {
+			p.Scope, p.Namespace = ScopeFixed, e.Namespace
+		}
 		fmt.Fprintf(&b, "  %s: %s\n", p, p.Why)
 	}
 	fmt.Fprintf(&b, "grant them with %s (`epwindow manifests --rbac` prints it; edit the subject, then kubectl apply -f -)", e.Manifest)

@@ -191,3 +191,23 @@ func TestRBACMatchesGo(t *testing.T) {
 }
 
 func fmtRule(r rule) string { return fmt.Sprintf("%s %s (group %q)", r.verb, r.resource, r.group) }
+
+// In an existing namespace (measure --namespace) the error names it, so the
+// fix reads like kubectl auth can-i, and points at the namespaced variant.
+func TestMissingErrorNamespaced(t *testing.T) {
+	cs, _ := fakeAuthz(func(a authorizationv1.ResourceAttributes) bool { return a.Resource != "ingresses" })
+	missing, err := Check(context.Background(), cs.AuthorizationV1(), "team-a", RequiredPermissions(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := (&MissingError{Missing: missing, Manifest: "deploy/rbac/namespaced", Namespace: "team-a"}).Error()
+	for _, s := range []string{"create ingresses.networking.k8s.io -n team-a", "get ingresses.networking.k8s.io -n team-a",
+		"delete ingresses.networking.k8s.io -n team-a", "deploy/rbac/namespaced", "missing 3 permission(s)"} {
+		if !strings.Contains(msg, s) {
+			t.Errorf("error %q does not name %q", msg, s)
+		}
+	}
+	if strings.Contains(msg, "namespaces") {
+		t.Errorf("error %q asks for namespace permissions the namespaced variant does not need", msg)
+	}
+}

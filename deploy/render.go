@@ -50,7 +50,8 @@ const (
 // Params are one run's values for the probe workload. Render sets them on
 // the objects built from the embedded manifests.
 type Params struct {
-	// Namespace holds everything; measure generates it (epwindow-xxxxx).
+	// Namespace holds everything; measure generates it (epwindow-xxxxx) or
+	// takes an existing one (--namespace).
 	Namespace string
 	// Name of the Deployment, Service and Ingress, and the
 	// app.kubernetes.io/instance label that selects the pods.

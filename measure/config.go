@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -42,6 +44,7 @@ const (
 	FlagImage        = "image"
 	FlagOut          = "out"
 	FlagKeep         = "keep"
+	FlagNamespace    = "namespace"
 	FlagGraceMargin  = "grace-margin"
 	FlagMaxSkew      = "max-skew-uncertainty"
 	FlagSettle       = "settle-timeout"
@@ -105,6 +108,12 @@ type Config struct {
 
 	Image string
 	Keep  bool
+	// Namespace, when set, is an existing namespace to run in (the
+	// deploy/rbac/namespaced variant): the run creates its Deployment,
+	// Service and Ingress there, named epwindow-<run id>, and deletes exactly
+	// those at exit, never the namespace. "" creates a namespace
+	// epwindow-<run id> and deletes it at exit.
+	Namespace string
 	// Overlay picks the manifest overlay ("" = by IngressClass); Labels go
 	// on every object created.
 	Overlay string
@@ -192,6 +201,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Image == "" {
 		add("--%s must name the probe image", FlagImage)
+	}
+	if c.Namespace != "" {
+		if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
+			add("--%s %q: not a namespace name: %s", FlagNamespace, c.Namespace, strings.Join(msgs, "; "))
+		}
 	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}

@@ -112,17 +112,18 @@ func manifestsCommand() *cli.Command {
 		Description: `The manifests are deploy/base and deploy/overlays/<controller> (kustomize),
 embedded in the binary: measure renders the same files with the same flags,
 so this output is what it creates — except that measure generates the
-namespace name (epwindow-xxxxx) and adds a run-id label.
+namespace name (epwindow-xxxxx) and adds a run-id label; with
+measure --namespace NS it uses NS and names the objects epwindow-<run id>.
 
 Overlays: ` + strings.Join(deploy.Overlays(), ", ") + `. The overlay named like --ingress-class is
 used; any other class gets the base with that class.
 
 --rbac prints deploy/rbac/<variant> instead: cluster (measure creates its own
-namespace), namespaced (it runs in an existing namespace "epwindow"), or
+namespace), namespaced (measure --namespace epwindow runs in that existing namespace), or
 observer (the extra Role an observer that port-forwards to the ingress
 controller's pods needs in the controller's namespace).`,
 		Flags: append(workloadFlags(),
-			&cli.StringFlag{Name: flagNamespace, Value: defaultNamespace, Usage: "namespace of the objects (measure generates one per run)"},
+			&cli.StringFlag{Name: flagNamespace, Value: defaultNamespace, Usage: "namespace of the objects (measure generates one per run, or takes --namespace)"},
 			&cli.StringFlag{Name: flagName, Value: defaultName, Usage: "name of the Deployment, Service and Ingress"},
 			&cli.StringFlag{Name: flagRBAC, Usage: "print the RBAC variant instead: " + strings.Join(rbacVariants, ", ")},
 		),

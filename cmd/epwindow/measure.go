@@ -49,7 +49,11 @@ func measureCommand() *cli.Command {
 "epwindow manifests"), drives load through --url, deletes one probe pod at a time and records when
 the API server, the EndpointSlice, the ingress controller and the pod itself saw each stage. Writes
 one JSON line per trial to --out as it goes, prints percentiles and the recommended preStop and
-terminationGracePeriodSeconds, and deletes the namespace on exit (also on Ctrl-C) unless --keep.`,
+terminationGracePeriodSeconds, and deletes the namespace on exit (also on Ctrl-C) unless --keep.
+
+With --namespace NS it creates no namespace: the Deployment, Service and Ingress go into the existing
+NS, named epwindow-<id>, and exactly those are deleted on exit. This is what the Role in
+deploy/rbac/namespaced allows (no cluster-wide write access).`,
 		Flags:  measureFlags(),
 		Action: runMeasure,
 	}
@@ -60,6 +64,7 @@ terminationGracePeriodSeconds, and deletes the namespace on exit (also on Ctrl-C
 func measureFlags() []cli.Flag {
 	fs := append(kubeFlags(), workloadFlags()...)
 	return append(fs,
+		&cli.StringFlag{Name: measure.FlagNamespace, Aliases: []string{"n"}, Usage: "run in this existing namespace (RBAC: deploy/rbac/namespaced) instead of creating epwindow-<id>; only the run's own objects there are created and deleted", Category: "Cluster"},
 		&cli.IntFlag{Name: measure.FlagTrials, Value: 20, Usage: "deletions to time", Category: "Trials"},
 		&cli.StringFlag{Name: measure.FlagMode, Value: string(measure.ModeDelete), Usage: "delete: one pod at a time", Category: "Trials"},
 		&cli.DurationFlag{Name: measure.FlagQuietPeriod, Value: 3 * time.Second, Usage: "no traffic for this long after the address left every upstream list ends a trial", Category: "Trials"},
@@ -84,7 +89,7 @@ func measureFlags() []cli.Flag {
 		&cli.DurationFlag{Name: flagLoadTimeout, Value: 5 * time.Second, Usage: "timeout of one load request", Category: "Load"},
 		&cli.IntFlag{Name: flagLoadMaxConns, Usage: "most load requests in flight; more are counted as dropped (default: rate × timeout)", Category: "Load"},
 		&cli.StringFlag{Name: measure.FlagOut, Usage: "results file, JSON lines written as trials end (default epwindow-<time>.jsonl)", Category: "Output"},
-		&cli.BoolFlag{Name: measure.FlagKeep, Usage: "leave the namespace for inspection", Category: "Output"},
+		&cli.BoolFlag{Name: measure.FlagKeep, Usage: "leave what the run created (its namespace, or its objects in --namespace) for inspection", Category: "Output"},
 		&cli.StringFlag{Name: flagBaseline, Usage: "results file of an earlier run to compare with (thresholds apply to the change)", Category: "Gate"},
 		&cli.StringSliceFlag{Name: flagMaxP99, Usage: "fail (exit 3) when a stage's p99 exceeds a bound, e.g. window=3s (repeatable)", Category: "Gate"},
 		&cli.StringFlag{Name: flagMaxRegression, Usage: "fail (exit 3) when a quantile judged worse than --baseline grew by more, e.g. 20%", Category: "Gate"},
@@ -119,6 +124,7 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		Drain:               c.Duration(measure.FlagDrain),
 		Image:               wp.Image,
 		Keep:                c.Bool(measure.FlagKeep),
+		Namespace:           c.String(measure.FlagNamespace),
 		PreStop:             wp.PreStop,
 		PreStopSleep:        wp.PreStopSleep,
 		ExitOnSigterm:       wp.ExitOnSigterm,

@@ -37,7 +37,7 @@ func TestMeasureConfigFromFlags(t *testing.T) {
 		"--drain", "3s", "--ingress-class", "nginx", "--host", "probe.example.com", "--observer", "none",
 		"--observer-interval", "250ms", "--rate", "80", "--keepalive", "--load-method", "POST", "--load-timeout", "2s",
 		"--load-max-conns", "64", "--image", "registry.example.com/epwindow:v1", "--prestop-sleep", "5s",
-		"--exit-on-sigterm", "--keep", "--stop-on-blind-observer")
+		"--exit-on-sigterm", "--keep", "--stop-on-blind-observer", "-n", "team-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestMeasureConfigFromFlags(t *testing.T) {
 		{"LoadTimeout", cfg.LoadTimeout, 2 * time.Second}, {"LoadMaxConns", cfg.LoadMaxConns, 64},
 		{"Image", cfg.Image, "registry.example.com/epwindow:v1"}, {"PreStop", cfg.PreStop, true},
 		{"PreStopSleep", cfg.PreStopSleep, 5 * time.Second}, {"ExitOnSigterm", cfg.ExitOnSigterm, true},
-		{"Keep", cfg.Keep, true}, {"StopOnBlindObserver", cfg.StopOnBlindObserver, true},
+		{"Keep", cfg.Keep, true}, {"StopOnBlindObserver", cfg.StopOnBlindObserver, true}, {"Namespace", cfg.Namespace, "team-a"},
 		{"URL", cfg.URL.String(), "http://127.0.0.1:9090"},
 	}
 	for _, c := range checks {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,12 +26,8 @@ func preflight(ctx context.Context, cfg measure.Config) (int, error) {
 	if _, err := cfg.Client.Discovery().ServerVersion(); err != nil {
 		return exitCluster, fmt.Errorf("cannot reach the API server %s (check --%s / --%s): %w", cfg.RESTConfig.Host, flagKubeconfig, flagContext, err)
 	}
-	missing, err := deploy.MissingPermissions(ctx, cfg.Client.AuthorizationV1(), "")
-	if err != nil {
-		return exitCluster, fmt.Errorf("check permissions: %w", err)
-	}
-	if len(missing) > 0 {
-		return exitForbidden, &deploy.MissingError{Missing: missing, Manifest: "deploy/rbac/cluster"}
+	if code, err := checkPermissions(ctx, cfg); err != nil {
+		return code, err
 	}
 	if class := cfg.IngressClass; class != "" {
 		_, err := cfg.Client.NetworkingV1().IngressClasses().Get(ctx, class, metav1.GetOptions{})
@@ -51,6 +48,48 @@ func preflight(ctx context.Context, cfg measure.Config) (int, error) {
 	}
 	if err := urlAnswers(ctx, cfg); err != nil {
 		return exitUsage, err
+	}
+	return exitOK, nil
+}
+
+// checkPermissions checks what the run needs: cluster-wide when it creates
+// its own namespace; in --namespace, the namespaced variant there, and that
+// the namespace exists.
+func checkPermissions(ctx context.Context, cfg measure.Config) (int, error) {
+	authz := cfg.Client.AuthorizationV1()
+	if cfg.Namespace == "" {
+		missing, err := deploy.MissingPermissions(ctx, authz, "")
+		if err != nil {
+			return exitCluster, fmt.Errorf("check permissions: %w", err)
+		}
+		if len(missing) > 0 {
+			return exitForbidden, &deploy.MissingError{Missing: missing, Manifest: "deploy/rbac/cluster"}
+		}
+		return exitOK, nil
+	}
+	missing, err := deploy.Check(ctx, authz, cfg.Namespace, deploy.RequiredPermissions(false))
+	if err != nil {
+		return exitCluster, fmt.Errorf("check permissions: %w", err)
+	}
+	if len(missing) > 0 {
+		return exitForbidden, &deploy.MissingError{Missing: missing, Manifest: "deploy/rbac/namespaced", Namespace: cfg.Namespace}
+	}
+	// Permissions in a namespace that does not exist can be granted (a
+	// ClusterRole bound cluster-wide); a server-side dry run of a create
+	// there finds out, and creates nothing.
+	probe := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "epwindow-preflight-"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: deploy.DefaultPort}}},
+	}
+	_, err = cfg.Client.CoreV1().Services(cfg.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case apierrors.IsNotFound(err):
+		return exitUsage, fmt.Errorf("--%s %s: no such namespace (it must exist; an administrator creates it, e.g. with kubectl apply -k deploy/rbac/namespaced)", measure.FlagNamespace, cfg.Namespace)
+	case apierrors.IsForbidden(err):
+		// Admission (a quota, a policy) refuses what the run would create.
+		return exitForbidden, fmt.Errorf("--%s %s: creating a Service there is refused: %w", measure.FlagNamespace, cfg.Namespace, err)
+	case err != nil:
+		return exitCluster, fmt.Errorf("--%s %s: dry-run create of a Service: %w", measure.FlagNamespace, cfg.Namespace, err)
 	}
 	return exitOK, nil
 }

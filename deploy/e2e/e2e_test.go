@@ -24,6 +24,7 @@ import (
 )
 
 var (
+	cluster    *localcluster.Cluster
 	admin      kubernetes.Interface
 	restricted kubernetes.Interface
 )
@@ -36,6 +37,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "deploy/e2e needs the local cluster:", err)
 		os.Exit(1)
 	}
+	cluster = c
 	code := func() int {
 		var err error
 		if admin, err = kubernetes.NewForConfig(c.Config); err != nil {
@@ -132,8 +134,10 @@ func decode(t *testing.T, data []byte) []runtime.Object {
 }
 
 // apply creates the RBAC objects of deploy/rbac/<variant>, bound to user
-// "restricted"; they are deleted when t ends.
-func apply(t *testing.T, variant string) {
+// "restricted"; they are deleted when t ends. ns, when set, replaces the
+// namespace the variant's Namespace, Roles and RoleBindings name (so that
+// a test need not wait for another's namespace to finish terminating).
+func apply(t *testing.T, variant, ns string) {
 	t.Helper()
 	ctx := context.Background()
 	data, err := deploy.Kustomize("rbac/" + variant)
@@ -151,6 +155,9 @@ func apply(t *testing.T, variant string) {
 	for _, obj := range decode(t, data) {
 		switch o := obj.(type) {
 		case *corev1.Namespace:
+			if ns != "" {
+				o.Name = ns
+			}
 			if _, err = admin.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{}); err == nil {
 				undo = append(undo, func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), o.Name, del) })
 			}
@@ -164,11 +171,17 @@ func apply(t *testing.T, variant string) {
 				undo = append(undo, func() { _ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), o.Name, del) })
 			}
 		case *rbacv1.Role:
+			if ns != "" {
+				o.Namespace = ns
+			}
 			if _, err = admin.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{}); err == nil {
 				undo = append(undo, func() { _ = admin.RbacV1().Roles(o.Namespace).Delete(context.Background(), o.Name, del) })
 			}
 		case *rbacv1.RoleBinding:
 			o.Subjects = subject
+			if ns != "" {
+				o.Namespace = ns
+			}
 			if _, err = admin.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{}); err == nil {
 				undo = append(undo, func() { _ = admin.RbacV1().RoleBindings(o.Namespace).Delete(context.Background(), o.Name, del) })
 			}
@@ -225,7 +238,7 @@ func TestRBACIsEnough(t *testing.T) {
 	// the namespaced one must not, for as long as the authorizer's cache
 	// still holds it.
 	t.Run("namespaced", func(t *testing.T) {
-		apply(t, "namespaced")
+		apply(t, "namespaced", "")
 		check := func() ([]deploy.Perm, error) {
 			return deploy.Check(ctx, authz, "epwindow", deploy.RequiredPermissions(false))
 		}
@@ -242,7 +255,7 @@ func TestRBACIsEnough(t *testing.T) {
 		}
 	})
 	t.Run("cluster", func(t *testing.T) {
-		apply(t, "cluster")
+		apply(t, "cluster", "")
 		if m := eventually(t, func() ([]deploy.Perm, error) { return deploy.MissingPermissions(ctx, authz, ns) }); len(m) != 0 {
 			t.Errorf("with deploy/rbac/cluster still missing: %v", m)
 		}
@@ -257,7 +270,7 @@ func TestRBACIsEnough(t *testing.T) {
 		t.Cleanup(func() {
 			_ = admin.CoreV1().Namespaces().Delete(context.Background(), "ingress-nginx", metav1.DeleteOptions{})
 		})
-		apply(t, "observer")
+		apply(t, "observer", "")
 		check := func() ([]deploy.Perm, error) {
 			return deploy.Check(ctx, authz, ns, deploy.ObserverPermissions("ingress-nginx"))
 		}

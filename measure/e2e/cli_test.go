@@ -115,6 +115,14 @@ func TestCLIBadInput(t *testing.T) {
 		{"unknown context", measureArgs(admin, "--context", "prod-eu"), 4, `--context "prod-eu" is not in the kubeconfig`},
 		{"unreachable server", measureArgs(unreachable), 4, "cannot reach the API server https://127.0.0.1:1"},
 		{"forbidden", measureArgs(cluster.RestrictedKubeconfig), 5, "create namespaces"},
+		// In an existing namespace the missing rules are the Role's, named
+		// in that namespace.
+		{"forbidden in --namespace", measureArgs(cluster.RestrictedKubeconfig, "--namespace", "default"), 5,
+			"create deployments.apps -n default"},
+		{"forbidden in --namespace names the manifest", measureArgs(cluster.RestrictedKubeconfig, "--namespace", "default"), 5,
+			"grant them with deploy/rbac/namespaced"},
+		{"--namespace that does not exist", measureArgs(admin, "--namespace", "no-such-team"), 2, "--namespace no-such-team: no such namespace"},
+		{"--namespace not a name", measureArgs(admin, "--namespace", "Team_A"), 2, `--namespace "Team_A": not a namespace name`},
 		{"unknown ingress class", measureArgs(admin, "--ingress-class", "nginx-typo"), 2, `--ingress-class "nginx-typo": no such IngressClass`},
 		{"url not answering", append(measureArgs(admin), "--url", "http://127.0.0.1:1"), 2, "--url http://127.0.0.1:1 does not answer"},
 	}

@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/measure"
 )
 
 // interruptBeforeIngress is a client transport that plays Ctrl-C at the
@@ -47,6 +49,21 @@ func (t *interruptBeforeIngress) RoundTrip(req *http.Request) (*http.Response, e
 	return nil, context.Canceled
 }
 
+// interruptBeforeIngressOf gives cfg a client whose transport cuts the
+// Ingress POST short and cancels the run (cancel).
+func interruptBeforeIngressOf(t *testing.T, cfg *measure.Config, cancel context.CancelFunc) *interruptBeforeIngress {
+	t.Helper()
+	rc := rest.CopyConfig(cluster.Config)
+	tr := &interruptBeforeIngress{cancel: cancel, held: make(chan string, 1)}
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { tr.next = rt; return tr }
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Client, cfg.RESTConfig = client, rc
+	return tr
+}
+
 // A Ctrl-C that lands between the Deployment and the Ingress — pods exist,
 // the run has not reached steady state — still cleans up: measure.Run
 // returns (no panic), and the namespace and its pods are gone. This is the
@@ -56,14 +73,7 @@ func TestInterruptBetweenDeploymentAndIngress(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := baseConfig(t)
-	rc := rest.CopyConfig(cluster.Config)
-	tr := &interruptBeforeIngress{cancel: cancel, held: make(chan string, 1)}
-	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { tr.next = rt; return tr }
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Client, cfg.RESTConfig = client, rc
+	tr := interruptBeforeIngressOf(t, &cfg, cancel)
 	sink := newMemSink()
 	runErr := measureRun(ctx, cfg, sink)
 	select {
@@ -80,5 +90,76 @@ func TestInterruptBetweenDeploymentAndIngress(t *testing.T) {
 	}
 	if ns, pods := leftovers(t); len(ns)+len(pods) > 0 {
 		t.Errorf("an interrupted setup left namespaces %v and probe pods %v", ns, pods)
+	}
+}
+
+// The same Ctrl-C with --namespace: the run made its Service and Deployment
+// in an existing namespace and was cut before its Ingress. Cleanup must
+// delete exactly those (and wait for their pods) and leave the namespace and
+// its other objects alone.
+func TestInterruptBetweenDeploymentAndIngressInExistingNamespace(t *testing.T) {
+	bg := context.Background()
+	ns := testNamespacePrefix + "team-" + suffix(t)
+	if _, err := admin.CoreV1().Namespaces().Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteNamespace(t, ns) })
+	// Another team's object that a careless cleanup (a namespace delete, a
+	// delete by label) would take with it.
+	other, err := admin.CoreV1().ConfigMaps(ns).Create(bg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe",
+		Labels: map[string]string{deploy.LabelManagedBy: deploy.ManagedByValue, deploy.LabelName: deploy.NameValue}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	cfg := baseConfig(t)
+	cfg.Namespace = ns
+	tr := interruptBeforeIngressOf(t, &cfg, cancel)
+	runErr := measureRun(ctx, cfg, newMemSink())
+	select {
+	case <-tr.held:
+	default:
+		t.Fatalf("measure never tried to create its Ingress (run error: %v)", runErr)
+	}
+	if !errors.Is(runErr, context.Canceled) {
+		t.Errorf("run error %v, want context.Canceled", runErr)
+	}
+
+	// Nothing carrying a run id is left in ns, not even a terminating pod.
+	sel := metav1.ListOptions{LabelSelector: deploy.LabelRunID}
+	var left []string
+	if l, err := admin.AppsV1().Deployments(ns).List(bg, sel); err == nil {
+		for _, o := range l.Items {
+			left = append(left, "deployment/"+o.Name)
+		}
+	}
+	if l, err := admin.AppsV1().ReplicaSets(ns).List(bg, sel); err == nil {
+		for _, o := range l.Items {
+			if o.DeletionTimestamp == nil && len(o.OwnerReferences) == 0 {
+				left = append(left, "orphaned replicaset/"+o.Name)
+			}
+		}
+	}
+	if l, err := admin.CoreV1().Services(ns).List(bg, sel); err == nil {
+		for _, o := range l.Items {
+			left = append(left, "service/"+o.Name)
+		}
+	}
+	if l, err := admin.CoreV1().Pods(ns).List(bg, sel); err == nil {
+		for _, o := range l.Items {
+			left = append(left, "pod/"+o.Name)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("an interrupted setup in --namespace %s left %v", ns, left)
+	}
+	got, err := admin.CoreV1().Namespaces().Get(bg, ns, metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp != nil {
+		t.Fatalf("namespace %s after the run: %v (deletionTimestamp %v): measure must not delete it", ns, err, got.GetDeletionTimestamp())
+	}
+	if cm, err := admin.CoreV1().ConfigMaps(ns).Get(bg, "probe", metav1.GetOptions{}); err != nil || cm.UID != other.UID {
+		t.Errorf("the other object in %s after the run: %v (uid %s, was %s)", ns, err, cm.GetUID(), other.UID)
 	}
 }
