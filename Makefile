@@ -76,10 +76,13 @@ test: fmt-check vet build cluster
 # the load generator against vegeta at equal rate and connections
 # (hack/bench-load.sh, about 1.5 minutes; vegeta is installed into .cache/bin); the probe's
 # req/s against a bare net/http handler and its heap under 10^6 requests from
-# 10^4 peers (hack/bench-probe.sh, about two minutes).
-bench: build
+# 10^4 peers (hack/bench-probe.sh, about two minutes); and the cost of
+# stamping a watch event under a 5,000-endpoint Service on the local cluster
+# (hack/bench-stamp.sh, about 30 seconds).
+bench: build cluster
 	hack/bench-load.sh
 	hack/bench-probe.sh
+	hack/bench-stamp.sh
 
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.

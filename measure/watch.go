@@ -11,8 +11,9 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	listersdiscoveryv1 "k8s.io/client-go/listers/discovery/v1"
@@ -25,18 +26,22 @@ import (
 const maxWatchErrors = 256
 
 // watcher stamps the probe pods' and the Service's EndpointSlice events for
-// the trial in progress. Handlers stamp on the tool's clock before taking any
-// lock: informer handlers run after client-go's DeltaFIFO and the shared
-// processor's buffer (tools/cache/shared_informer.go processorListener), so
-// the stamp is watch delivery plus that hand-off, ~ms on an idle tool.
+// the trial in progress. Each event is stamped on the tool's clock as the
+// watch stream hands it over, before client-go queues it (see door): what a
+// handler records is watch delivery, not delivery plus the informer's
+// backlog.
 type watcher struct {
 	clock     clock.PassiveClock
-	factories []informers.SharedInformerFactory
-	pods      listerscorev1.PodLister
-	slices    listersdiscoveryv1.EndpointSliceLister
-	podSel    labels.Selector
-	sliceSel  labels.Selector
-	ns        string
+	door      *door
+	informers []cache.SharedIndexInformer
+	// trace, when set, is told of every handled event: its arrival stamp,
+	// and when its handler began and ended (make bench).
+	trace    func(obj any, arrived, start, end time.Time)
+	pods     listerscorev1.PodLister
+	slices   listersdiscoveryv1.EndpointSliceLister
+	podSel   labels.Selector
+	sliceSel labels.Selector
+	ns       string
 
 	mu sync.Mutex
 	// trials are the trials in progress, by pod UID: one at a time in
@@ -86,42 +91,84 @@ type trialWatch struct {
 
 func newWatcher(client kubernetes.Interface, clk clock.PassiveClock, ns string, podSel labels.Selector, service string) *watcher {
 	sliceSel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: service})
-	// Two factories, because each informer has its own label selector.
-	podF := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = podSel.String() }))
-	sliceF := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sliceSel.String() }))
-	w := &watcher{clock: clk, factories: []informers.SharedInformerFactory{podF, sliceF}, ns: ns, podSel: podSel,
+	w := &watcher{clock: clk, door: newDoor(clk), ns: ns, podSel: podSel,
 		sliceSel: sliceSel, changed: make(chan struct{}, 1), trials: map[types.UID]*trialWatch{}}
-	podInf := podF.Core().V1().Pods().Informer()
-	sliceInf := sliceF.Discovery().V1().EndpointSlices().Informer()
+	// The informers client-go's factories build (informers/core/v1/pod.go),
+	// with each watch passed through the door.
+	podInf := w.informer(client, &corev1.Pod{}, podSel, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Pods(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Pods(ns).Watch(ctx, o)
+		},
+	})
+	sliceInf := w.informer(client, &discoveryv1.EndpointSlice{}, sliceSel, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
+		},
+	})
 	_ = podInf.SetWatchErrorHandlerWithContext(w.watchErrorHandler("pods"))
 	_ = sliceInf.SetWatchErrorHandlerWithContext(w.watchErrorHandler("endpointslices"))
+	podSeen := w.handler(func(seen time.Time, obj any) { w.podEvent(seen, obj, false) })
+	podGone := w.handler(func(seen time.Time, obj any) { w.podEvent(seen, obj, true) })
 	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.podEvent(w.clock.Now(), obj, false) },
-		UpdateFunc: func(_, obj any) { w.podEvent(w.clock.Now(), obj, false) },
-		DeleteFunc: func(obj any) { w.podEvent(w.clock.Now(), obj, true) },
+		AddFunc:    podSeen,
+		UpdateFunc: func(_, obj any) { podSeen(obj) },
+		DeleteFunc: podGone,
 	})
+	slice := w.handler(func(seen time.Time, _ any) { w.sliceEvent(seen) })
 	_, _ = sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { w.sliceEvent(w.clock.Now()) },
-		UpdateFunc: func(_, _ any) { w.sliceEvent(w.clock.Now()) },
-		DeleteFunc: func(any) { w.sliceEvent(w.clock.Now()) },
+		AddFunc:    slice,
+		UpdateFunc: func(_, obj any) { slice(obj) },
+		DeleteFunc: slice,
 	})
-	w.pods = podF.Core().V1().Pods().Lister()
-	w.slices = sliceF.Discovery().V1().EndpointSlices().Lister()
+	w.informers = []cache.SharedIndexInformer{podInf, sliceInf}
+	w.pods = listerscorev1.NewPodLister(podInf.GetIndexer())
+	w.slices = listersdiscoveryv1.NewEndpointSliceLister(sliceInf.GetIndexer())
 	return w
+}
+
+// handler runs event with the arrival stamp of obj's watch event.
+func (w *watcher) handler(event func(seen time.Time, obj any)) func(obj any) {
+	return func(obj any) {
+		start := w.clock.Now()
+		seen := w.door.seen(obj)
+		event(seen, obj)
+		if w.trace != nil {
+			w.trace(obj, seen, start, w.clock.Now())
+		}
+	}
+}
+
+// informer is a shared informer over lw, restricted to sel, whose watches
+// pass through w.door.
+func (w *watcher) informer(client kubernetes.Interface, obj runtime.Object, sel labels.Selector, lw *cache.ListWatch) cache.SharedIndexInformer {
+	list, watchFn := lw.ListWithContextFunc, lw.WatchFuncWithContext
+	lw.ListWithContextFunc = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		o.LabelSelector = sel.String()
+		return list(ctx, o)
+	}
+	lw.WatchFuncWithContext = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.LabelSelector = sel.String()
+		return watchFn(ctx, o)
+	}
+	return cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(w.door.listWatch(lw), client), obj,
+		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
 }
 
 // start runs the informers and waits for their first list.
 func (w *watcher) start(ctx context.Context) error {
-	for _, f := range w.factories {
-		f.Start(ctx.Done())
+	for _, inf := range w.informers {
+		go inf.RunWithContext(ctx)
 	}
-	for _, f := range w.factories {
-		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return fmt.Errorf("watch %v in namespace %q: cache never synced: %w", typ, w.ns, context.Cause(ctx))
-			}
+	for _, inf := range w.informers {
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return fmt.Errorf("watch pods and endpointslices in namespace %q: cache never synced: %w", w.ns, context.Cause(ctx))
 		}
 	}
 	return nil
