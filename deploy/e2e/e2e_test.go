@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
 )
 
@@ -30,37 +30,21 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	c, err := localcluster.Start(ctx, localcluster.Options{})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deploy/e2e needs the local cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := func() int {
+	e2etest.Main(m, "deploy/e2e", localcluster.Options{}, func(c *localcluster.Cluster) error {
+		cluster = c
 		var err error
 		if admin, err = kubernetes.NewForConfig(c.Config); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+			return err
 		}
 		rc, err := clientcmd.BuildConfigFromFlags("", c.RestrictedKubeconfig)
 		if err == nil {
 			restricted, err = kubernetes.NewForConfig(rc)
 		}
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "restricted kubeconfig:", err)
-			return 1
+			return fmt.Errorf("restricted kubeconfig: %w", err)
 		}
-		return m.Run()
-	}()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop the local cluster:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
+		return nil
+	})
 }
 
 func suffix(t *testing.T) string {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/results"
 )
 
@@ -32,13 +33,7 @@ import (
 // run's id is left.
 func TestMeasureInExistingNamespace(t *testing.T) {
 	ctx := context.Background()
-	bin, err := filepath.Abs("../../bin/epwindow")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s missing: run make build", bin)
-	}
+	bin := e2etest.Bin(t)
 	ns := "team-" + suffix(t)
 	apply(t, "namespaced", ns)
 	authz := restricted.AuthorizationV1()

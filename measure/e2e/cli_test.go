@@ -18,21 +18,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/results"
 )
-
-// epwindowBin is bin/epwindow as make build leaves it.
-func epwindowBin(t *testing.T) string {
-	t.Helper()
-	bin, err := filepath.Abs("../../bin/epwindow")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s missing: run make build", bin)
-	}
-	return bin
-}
 
 func adminClient(t *testing.T) kubernetes.Interface {
 	t.Helper()
@@ -80,7 +68,7 @@ func exitCode(err error) int {
 // Bad input stops measure with a message naming the fix, a documented exit
 // code (README "Exit codes"), and nothing created.
 func TestCLIBadInput(t *testing.T) {
-	bin := epwindowBin(t)
+	bin := e2etest.Bin(t)
 	dir := t.TempDir()
 	garbled := filepath.Join(dir, "garbled")
 	if err := os.WriteFile(garbled, []byte("apiVersion: v1\nclusters: [\n"), 0o600); err != nil {
@@ -148,7 +136,7 @@ func TestCLIBadInput(t *testing.T) {
 // Ctrl-C in the middle of a trial: measure cleans up (the namespace is gone)
 // and exits 130, and the results file holds every finished trial.
 func TestCLIInterruptMidTrial(t *testing.T) {
-	bin := epwindowBin(t)
+	bin := e2etest.Bin(t)
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 	cmd := exec.Command(bin, measureArgs(cluster.Kubeconfig, "--trials", "5", "--out", out)...)
 	stderr, err := cmd.StderrPipe()

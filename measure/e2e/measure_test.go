@@ -4,21 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"net/url"
-	"os"
 	"slices"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/clock"
-
-	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
 	"github.com/epwindow/epwindow/measure"
-	"github.com/epwindow/epwindow/measure/upstream"
 	"github.com/epwindow/epwindow/results"
 )
 
@@ -26,65 +19,23 @@ import (
 var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	c, err := localcluster.Start(ctx, localcluster.Options{IngressPoll: time.Second})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "measure e2e tests need the local cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop local cluster:", err)
-		code = 1
-	}
-	os.Exit(code)
+	e2etest.Main(m, "measure/e2e", localcluster.Options{IngressPoll: time.Second}, func(c *localcluster.Cluster) error {
+		cluster = c
+		return nil
+	})
 }
 
-// memSink keeps a run's results and writes them through the real encoder.
-type memSink struct {
-	header *results.Header
-	trials []*results.Record
-	buf    bytes.Buffer
-	w      *results.Writer
-}
-
-func newMemSink() *memSink {
-	s := &memSink{}
-	s.w = results.NewWriter(&s.buf)
-	return s
-}
-
-func (s *memSink) Header(h *results.Header) error { s.header = h; return s.w.WriteHeader(h) }
-func (s *memSink) Trial(r *results.Record) error {
-	s.trials = append(s.trials, r)
-	return s.w.WriteTrial(r)
-}
-
+// baseConfig is a quick valid run of 5 trials.
 func baseConfig(t *testing.T) measure.Config {
 	t.Helper()
-	client, err := kubernetes.NewForConfig(cluster.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(cluster.IngressURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return measure.Config{
-		Client: client, RESTConfig: cluster.Config, Trials: 5, Replicas: 3, Mode: measure.ModeDelete,
-		IngressClass: "skipper", Host: "epwindow.local", URL: u, Observer: upstream.KindSkipper,
-		ObserverOptions: upstream.Options{Interval: 200 * time.Millisecond, URLs: []string{cluster.RoutesURL}},
-		Rate:            100, Hold: 60 * time.Second, QuietPeriod: 2 * time.Second, GraceMargin: 10 * time.Second,
-		SettleTimeout: 2 * time.Minute, MaxSkewUncertainty: 50 * time.Millisecond, Image: deploy.DefaultImage,
-		PreStop: true, Clock: clock.RealClock{},
-	}
+	cfg := e2etest.Config(t, cluster, adminClient(t))
+	cfg.Trials = 5
+	return cfg
 }
 
-func run(t *testing.T, cfg measure.Config) *memSink {
+func run(t *testing.T, cfg measure.Config) *e2etest.Sink {
 	t.Helper()
-	sink := newMemSink()
+	sink := e2etest.NewSink()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	if err := measure.Run(ctx, cfg, sink, func(p measure.Progress) {
@@ -94,8 +45,8 @@ func run(t *testing.T, cfg measure.Config) *memSink {
 	}); err != nil {
 		t.Fatalf("measure.Run: %v", err)
 	}
-	if len(sink.trials) != cfg.Trials {
-		t.Fatalf("got %d trial records, want %d", len(sink.trials), cfg.Trials)
+	if len(sink.Records) != cfg.Trials {
+		t.Fatalf("got %d trial records, want %d", len(sink.Records), cfg.Trials)
 	}
 	return sink
 }
@@ -132,7 +83,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 
 	resolution := cfg.ObserverOptions.Interval
 	var sigterm, prestop []time.Duration
-	for _, r := range sink.trials {
+	for _, r := range sink.Records {
 		if !r.Valid {
 			t.Errorf("trial %d invalid: %s", r.Trial, r.Invalid)
 			continue
@@ -175,15 +126,15 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 	}
 
 	// The stream decodes back to the same records.
-	file, err := results.Decode(bytes.NewReader(sink.buf.Bytes()))
+	file, err := results.Decode(bytes.NewReader(sink.Encoded.Bytes()))
 	if err != nil {
 		t.Fatalf("decode results: %v", err)
 	}
-	if len(file.Trials) != len(sink.trials) {
-		t.Fatalf("decoded %d trials, wrote %d", len(file.Trials), len(sink.trials))
+	if len(file.Trials) != len(sink.Records) {
+		t.Fatalf("decoded %d trials, wrote %d", len(file.Trials), len(sink.Records))
 	}
 	for i := range file.Trials {
-		want, _ := json.Marshal(sink.trials[i])
+		want, _ := json.Marshal(sink.Records[i])
 		got, _ := json.Marshal(&file.Trials[i])
 		if !bytes.Equal(got, want) {
 			t.Errorf("trial %d does not round-trip:\n got %s\nwant %s", i+1, got, want)
@@ -204,7 +155,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		cfg.ProbeClockOffset = 2 * time.Second
 		skewed := run(t, cfg)
 		var s2, p2 []time.Duration
-		for _, r := range skewed.trials {
+		for _, r := range skewed.Records {
 			if !r.Valid {
 				t.Fatalf("trial %d invalid: %s", r.Trial, r.Invalid)
 			}
@@ -231,7 +182,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		cfg := baseConfig(t)
 		cfg.Mode, cfg.Trials = measure.ModeRollout, 3
 		roll := run(t, cfg)
-		for _, r := range roll.trials {
+		for _, r := range roll.Records {
 			if !r.Valid {
 				t.Errorf("trial %d invalid: %s", r.Trial, r.Invalid)
 				continue
@@ -258,7 +209,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		cfg.ExitOnSigterm, cfg.PreStop, cfg.LoadMethod = true, false, http.MethodPost
 		broken := run(t, cfg)
 		failed := 0
-		for _, r := range broken.trials {
+		for _, r := range broken.Records {
 			for _, n := range r.ClientFailures {
 				failed += n
 			}
@@ -270,8 +221,8 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 
 		// The recommendation from the honest run, applied as a preStop
 		// sleep: 0 failures over 20 deletions.
-		sum := results.NewSummary(sink.header, results.Options{})
-		for _, r := range sink.trials {
+		sum := results.NewSummary(sink.Meta, results.Options{})
+		for _, r := range sink.Records {
 			sum.Add(r)
 		}
 		sum.Close()
@@ -285,7 +236,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		cfg.Trials = 20
 		fixed := run(t, cfg)
 		failed = 0
-		for _, r := range fixed.trials {
+		for _, r := range fixed.Records {
 			for kind, n := range r.ClientFailures {
 				failed += n
 				t.Errorf("trial %d: %d %s failures with preStop sleep %ds", r.Trial, n, kind, rec.PreStopSeconds)

@@ -109,11 +109,11 @@ func TestObserverBlindMarksTrialsInvalid(t *testing.T) {
 	if p.failed.Load() == 0 {
 		t.Fatal("the proxy never failed a request: the observer was never blind")
 	}
-	if len(sink.trials) != cfg.Trials {
-		t.Fatalf("%d trial records, want %d", len(sink.trials), cfg.Trials)
+	if len(sink.Records) != cfg.Trials {
+		t.Fatalf("%d trial records, want %d", len(sink.Records), cfg.Trials)
 	}
 	replica := "skipper/" + p.routesURL()
-	for _, r := range sink.trials {
+	for _, r := range sink.Records {
 		t.Logf("trial %d: valid %v %s", r.Trial, r.Valid, r.Invalid)
 		switch r.Trial {
 		case 2, 4:
@@ -144,7 +144,7 @@ func TestObserverBlindStopsOnFlag(t *testing.T) {
 	cfg.ObserverOptions.URLs = []string{p.routesURL()}
 	sink, err := runMeasure(t, cfg, blindDuring(p, map[int]int32{2: answer503}))
 	if err == nil {
-		t.Fatalf("measure.Run with --stop-on-blind-observer went on past a blind observer (%d trials)", len(sink.trials))
+		t.Fatalf("measure.Run with --stop-on-blind-observer went on past a blind observer (%d trials)", len(sink.Records))
 	}
 	t.Logf("run stopped: %v", err)
 	if !strings.Contains(err.Error(), "--"+measure.FlagStopOnBlind) {
@@ -153,13 +153,13 @@ func TestObserverBlindStopsOnFlag(t *testing.T) {
 	if !strings.Contains(err.Error(), p.routesURL()) {
 		t.Errorf("error %q does not name the observer replica %s", err, p.routesURL())
 	}
-	if len(sink.trials) != 2 {
-		t.Fatalf("%d trial records, want 2 (the valid first, the blind second)", len(sink.trials))
+	if len(sink.Records) != 2 {
+		t.Fatalf("%d trial records, want 2 (the valid first, the blind second)", len(sink.Records))
 	}
-	if !sink.trials[0].Valid {
-		t.Errorf("trial 1 invalid: %s", sink.trials[0].Invalid)
+	if !sink.Records[0].Valid {
+		t.Errorf("trial 1 invalid: %s", sink.Records[0].Invalid)
 	}
-	if sink.trials[1].Valid {
+	if sink.Records[1].Valid {
 		t.Errorf("trial 2, blind, is valid")
 	}
 	if ns, pods := leftovers(t); len(ns)+len(pods) > 0 {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/results"
 )
 
@@ -242,7 +243,7 @@ func phaseWindows(r *cliRun, length time.Duration) []phaseWindow {
 // and no probe pod left; the results file, if one is left, decodes with
 // results.Decode.
 func TestInterruptAtRandomMoments(t *testing.T) {
-	bin := epwindowBin(t)
+	bin := e2etest.Bin(t)
 	began := time.Now()
 	const trials = "2"
 
@@ -329,7 +330,7 @@ func TestInterruptAtRandomMoments(t *testing.T) {
 // end the run as an interrupt — exit 130, not a bad-input code — with
 // nothing created and no results file.
 func TestInterruptDuringPreflight(t *testing.T) {
-	bin := epwindowBin(t)
+	bin := e2etest.Bin(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

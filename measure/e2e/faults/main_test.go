@@ -1,14 +1,10 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,13 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/clock"
 
 	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
 	"github.com/epwindow/epwindow/measure"
-	"github.com/epwindow/epwindow/measure/upstream"
-	"github.com/epwindow/epwindow/results"
 )
 
 var (
@@ -34,94 +28,33 @@ var (
 )
 
 // ingressClass is the class measure's Ingress names; Skipper serves it.
-const ingressClass = "skipper"
+const ingressClass = e2etest.IngressClass
 
 // testNamespacePrefix marks the namespaces the tests themselves create
 // (bystanders, Pod Security checks): they are not measure's leftovers.
 const testNamespacePrefix = "faults-"
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	c, err := localcluster.Start(ctx, localcluster.Options{IngressPoll: time.Second})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "measure/e2e/faults needs the local cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := func() int {
+	e2etest.Main(m, "measure/e2e/faults", localcluster.Options{IngressPoll: time.Second}, func(c *localcluster.Cluster) error {
+		cluster = c
 		var err error
-		if admin, err = kubernetes.NewForConfig(c.Config); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		return m.Run()
-	}()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop local cluster:", err)
-		code = 1
-	}
-	os.Exit(code)
+		admin, err = kubernetes.NewForConfig(c.Config)
+		return err
+	})
 }
 
-// epwindowBin is bin/epwindow as make build leaves it; the node agent runs
-// the probe pods from the same directory.
-func epwindowBin(t *testing.T) string {
-	t.Helper()
-	bin, err := filepath.Abs("../../../bin/epwindow")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s missing: run make build", bin)
-	}
-	return bin
-}
-
-// memSink keeps a run's results and writes them through the real encoder.
-type memSink struct {
-	header *results.Header
-	trials []*results.Record
-	buf    bytes.Buffer
-	w      *results.Writer
-}
-
-func newMemSink() *memSink {
-	s := &memSink{}
-	s.w = results.NewWriter(&s.buf)
-	return s
-}
-
-func (s *memSink) Header(h *results.Header) error { s.header = h; return s.w.WriteHeader(h) }
-func (s *memSink) Trial(r *results.Record) error {
-	s.trials = append(s.trials, r)
-	return s.w.WriteTrial(r)
-}
-
-// baseConfig is a quick, valid in-process run against the local cluster:
-// Skipper polls the API every second and the observer reads its route
-// table every 200 ms.
+// baseConfig is a quick, valid in-process run of 3 trials against the
+// local cluster as its admin.
 func baseConfig(t *testing.T) measure.Config {
 	t.Helper()
-	u, err := url.Parse(cluster.IngressURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return measure.Config{
-		Client: admin, RESTConfig: cluster.Config, Trials: 3, Replicas: 3, Mode: measure.ModeDelete,
-		IngressClass: ingressClass, Host: "epwindow.local", URL: u, Observer: upstream.KindSkipper,
-		ObserverOptions: upstream.Options{Interval: 200 * time.Millisecond, URLs: []string{cluster.RoutesURL}},
-		Rate:            100, Hold: 60 * time.Second, QuietPeriod: 2 * time.Second, GraceMargin: 10 * time.Second,
-		SettleTimeout: 2 * time.Minute, MaxSkewUncertainty: 50 * time.Millisecond, Image: deploy.DefaultImage,
-		PreStop: true, Clock: clock.RealClock{},
-	}
+	return e2etest.Config(t, cluster, admin)
 }
 
 // runMeasure runs measure.Run with a bounded context, logging phase changes
 // and passing every progress report to onProgress (which must not block).
-func runMeasure(t *testing.T, cfg measure.Config, onProgress func(measure.Progress)) (*memSink, error) {
+func runMeasure(t *testing.T, cfg measure.Config, onProgress func(measure.Progress)) (*e2etest.Sink, error) {
 	t.Helper()
-	sink := newMemSink()
+	sink := e2etest.NewSink()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	last := ""
@@ -139,7 +72,7 @@ func runMeasure(t *testing.T, cfg measure.Config, onProgress func(measure.Progre
 }
 
 // measureRun runs measure.Run on ctx without progress output.
-func measureRun(ctx context.Context, cfg measure.Config, sink *memSink) error {
+func measureRun(ctx context.Context, cfg measure.Config, sink *e2etest.Sink) error {
 	return measure.Run(ctx, cfg, sink, nil)
 }
 

@@ -116,18 +116,18 @@ func TestControlPlaneFreezeMidTrial(t *testing.T) {
 	if err != nil {
 		t.Fatalf("measure.Run after a %s control-plane outage: %v (the run should go on)", outage, err)
 	}
-	if len(sink.trials) != cfg.Trials {
-		t.Fatalf("%d trial records, want %d", len(sink.trials), cfg.Trials)
+	if len(sink.Records) != cfg.Trials {
+		t.Fatalf("%d trial records, want %d", len(sink.Records), cfg.Trials)
 	}
-	for _, r := range sink.trials {
+	for _, r := range sink.Records {
 		t.Logf("trial %d: valid %v %s", r.Trial, r.Valid, r.Invalid)
 	}
-	if r := sink.trials[1]; r.Valid {
+	if r := sink.Records[1]; r.Valid {
 		t.Errorf("trial 2 overlapped a %s outage but is valid", outage)
 	} else if !strings.Contains(r.Invalid, "the API server did not answer") {
 		t.Errorf("trial 2 invalid for another reason: %q; want the API server's silence named", r.Invalid)
 	}
-	for _, r := range sink.trials[2:] {
+	for _, r := range sink.Records[2:] {
 		if !r.Valid {
 			t.Errorf("trial %d, after the outage, invalid: %s", r.Trial, r.Invalid)
 		}
@@ -135,7 +135,7 @@ func TestControlPlaneFreezeMidTrial(t *testing.T) {
 			t.Errorf("trial %d began at %s, before the outage ended at %s", r.Trial, r.T0, to)
 		}
 	}
-	if _, err := results.Decode(bytes.NewReader(sink.buf.Bytes())); err != nil {
+	if _, err := results.Decode(bytes.NewReader(sink.Encoded.Bytes())); err != nil {
 		t.Errorf("results stream does not decode: %v", err)
 	}
 	if ns, pods := leftovers(t); len(ns)+len(pods) > 0 {

@@ -111,10 +111,10 @@ func TestBystanderPodsUntouched(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("measure.Run: %v", runErr)
 	}
-	if len(sink.trials) != cfg.Trials {
-		t.Fatalf("%d trial records, want %d", len(sink.trials), cfg.Trials)
+	if len(sink.Records) != cfg.Trials {
+		t.Fatalf("%d trial records, want %d", len(sink.Records), cfg.Trials)
 	}
-	if sink.header.Namespace == ns {
+	if sink.Meta.Namespace == ns {
 		t.Fatalf("measure ran in the bystander namespace %s", ns)
 	}
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/measure"
 )
 
@@ -74,7 +75,7 @@ func TestInterruptBetweenDeploymentAndIngress(t *testing.T) {
 	defer cancel()
 	cfg := baseConfig(t)
 	tr := interruptBeforeIngressOf(t, &cfg, cancel)
-	sink := newMemSink()
+	sink := e2etest.NewSink()
 	runErr := measureRun(ctx, cfg, sink)
 	select {
 	case ns := <-tr.held:
@@ -85,7 +86,7 @@ func TestInterruptBetweenDeploymentAndIngress(t *testing.T) {
 	if !errors.Is(runErr, context.Canceled) {
 		t.Errorf("run error %v, want context.Canceled", runErr)
 	}
-	if len(sink.trials) != 0 || sink.header != nil {
+	if len(sink.Records) != 0 || sink.Meta != nil {
 		t.Errorf("an interrupted setup wrote a header or trials")
 	}
 	if ns, pods := leftovers(t); len(ns)+len(pods) > 0 {
@@ -117,7 +118,7 @@ func TestInterruptBetweenDeploymentAndIngressInExistingNamespace(t *testing.T) {
 	cfg := baseConfig(t)
 	cfg.Namespace = ns
 	tr := interruptBeforeIngressOf(t, &cfg, cancel)
-	runErr := measureRun(ctx, cfg, newMemSink())
+	runErr := measureRun(ctx, cfg, e2etest.NewSink())
 	select {
 	case <-tr.held:
 	default:

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
 	"github.com/epwindow/epwindow/measure/upstream"
 )
@@ -37,20 +38,10 @@ func TestMain(m *testing.M) {
 	if file := os.Getenv(fakeNginxEnv); file != "" {
 		os.Exit(serveFakeNginx(file))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	c, err := localcluster.Start(ctx, localcluster.Options{})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "upstream e2e tests need the local cluster (run make cluster):", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop local cluster:", err)
-		code = 1
-	}
-	os.Exit(code)
+	e2etest.Main(m, "measure/upstream/e2e", localcluster.Options{}, func(c *localcluster.Cluster) error {
+		cluster = c
+		return nil
+	})
 }
 
 // serveFakeNginx is the stand-in controller's main.

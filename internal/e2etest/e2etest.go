@@ -1,0 +1,116 @@
+// Package e2etest is the scaffolding shared by the test packages that
+// measure on the local cluster: one cluster per package (started in
+// TestMain), the epwindow binary, a quick valid measure.Config and a sink
+// that keeps a run's records.
+package e2etest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/localcluster"
+	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/measure/upstream"
+	"github.com/epwindow/epwindow/results"
+)
+
+// IngressClass is the class Skipper serves on the local cluster
+// (deploy/local/skipper: -kubernetes-ingress-class=^skipper$).
+const IngressClass = "skipper"
+
+// Main is a package's TestMain: it starts the local cluster with o (waiting
+// up to 10 minutes, another package's cluster included), hands it to setup,
+// runs the tests, stops the cluster and exits. pkg names the package in
+// errors.
+func Main(m *testing.M, pkg string, o localcluster.Options, setup func(*localcluster.Cluster) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	c, err := localcluster.Start(ctx, o)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s needs the local cluster: %v\n", pkg, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		if setup != nil {
+			if err := setup(c); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", pkg, err)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop the local cluster:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// Bin is bin/epwindow as make build leaves it, beside bin/epwindow-local
+// (whose node agent runs the probe pods from the same directory).
+func Bin(t testing.TB) string {
+	t.Helper()
+	local, err := localcluster.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(filepath.Dir(local), "epwindow")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s missing: run make build", bin)
+	}
+	return bin
+}
+
+// Config is a quick, valid measure run on c through Skipper, as client:
+// 3 trials of 3 replicas, 100 req/s, the observer reading Skipper's route
+// table every 200 ms.
+func Config(t testing.TB, c *localcluster.Cluster, client kubernetes.Interface) measure.Config {
+	t.Helper()
+	u, err := url.Parse(c.IngressURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return measure.Config{
+		Client: client, RESTConfig: c.Config, Trials: 3, Replicas: 3, Mode: measure.ModeDelete,
+		IngressClass: IngressClass, Host: "epwindow.local", URL: u, Observer: upstream.KindSkipper,
+		ObserverOptions: upstream.Options{Interval: 200 * time.Millisecond, URLs: []string{c.RoutesURL}},
+		Rate:            100, Hold: 60 * time.Second, QuietPeriod: 2 * time.Second, GraceMargin: 10 * time.Second,
+		SettleTimeout: 2 * time.Minute, MaxSkewUncertainty: 50 * time.Millisecond, Image: deploy.DefaultImage,
+		PreStop: true, Clock: clock.RealClock{},
+	}
+}
+
+// Sink keeps a run's results, and writes them through the real encoder to
+// Encoded.
+type Sink struct {
+	Meta    *results.Header
+	Records []*results.Record
+	Encoded bytes.Buffer
+	w       *results.Writer
+}
+
+// NewSink returns an empty Sink.
+func NewSink() *Sink {
+	s := &Sink{}
+	s.w = results.NewWriter(&s.Encoded)
+	return s
+}
+
+// Header implements measure.Sink.
+func (s *Sink) Header(h *results.Header) error { s.Meta = h; return s.w.WriteHeader(h) }
+
+// Trial implements measure.Sink.
+func (s *Sink) Trial(r *results.Record) error {
+	s.Records = append(s.Records, r)
+	return s.w.WriteTrial(r)
+}
