@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,6 +132,9 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 	if r.ownNamespace() {
 		r.report(Progress{Phase: "setup", Message: "creating namespace " + r.ns})
 	} else {
+		if labels := namespaceLabels(wl.Namespace); labels != "" {
+			r.report(Progress{Phase: "setup", Message: "namespace " + r.ns + " is used as it is; the manifests' Namespace would carry " + labels})
+		}
 		r.report(Progress{Phase: "setup", Message: "creating " + name + " in namespace " + r.ns})
 	}
 	if err := r.create(ctx); err != nil {
@@ -147,6 +153,22 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		return errors.Join(runErr, context.Cause(gctx))
 	}
 	return nil
+}
+
+// namespaceLabels lists the labels of the rendered Namespace that are not
+// epwindow's bookkeeping (Pod Security, an overlay's, e.g. the ALB
+// controller's readiness-gate injection), for a run in an existing
+// namespace, which does not apply them.
+func namespaceLabels(ns *corev1.Namespace) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(ns.Labels)) {
+		switch k {
+		case deploy.LabelName, deploy.LabelInstance, deploy.LabelManagedBy, deploy.LabelRunID:
+			continue
+		}
+		out = append(out, k+"="+ns.Labels[k])
+	}
+	return strings.Join(out, ", ")
 }
 
 func newRunID() string {
