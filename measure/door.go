@@ -1,12 +1,10 @@
 package measure
 
 import (
-	"context"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -92,18 +90,8 @@ func (d *door) seen(obj any) time.Time {
 	return d.clock.Now()
 }
 
-// listWatch is lw with every watch it opens passed through the door.
-func (d *door) listWatch(lw *cache.ListWatch) *cache.ListWatch {
-	out := *lw
-	out.WatchFunc = func(o metav1.ListOptions) (watch.Interface, error) {
-		return d.wrap(lw.WatchFuncWithContext(context.Background(), o))
-	}
-	out.WatchFuncWithContext = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		return d.wrap(lw.WatchFuncWithContext(ctx, o))
-	}
-	return &out
-}
-
+// wrap passes the events of w (a watch just opened, or err) through the
+// door.
 func (d *door) wrap(w watch.Interface, err error) (watch.Interface, error) {
 	if err != nil {
 		return nil, err

@@ -95,22 +95,9 @@ func newWatcher(client kubernetes.Interface, clk clock.PassiveClock, ns string, 
 		sliceSel: sliceSel, changed: make(chan struct{}, 1), trials: map[types.UID]*trialWatch{}}
 	// The informers client-go's factories build (informers/core/v1/pod.go),
 	// with each watch passed through the door.
-	podInf := w.informer(client, &corev1.Pod{}, podSel, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return client.CoreV1().Pods(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return client.CoreV1().Pods(ns).Watch(ctx, o)
-		},
-	})
-	sliceInf := w.informer(client, &discoveryv1.EndpointSlice{}, sliceSel, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return client.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return client.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
-		},
-	})
+	pods, slices := client.CoreV1().Pods(ns), client.DiscoveryV1().EndpointSlices(ns)
+	podInf := informer(w.door, client, &corev1.Pod{}, podSel, pods.List, pods.Watch)
+	sliceInf := informer(w.door, client, &discoveryv1.EndpointSlice{}, sliceSel, slices.List, slices.Watch)
 	_ = podInf.SetWatchErrorHandlerWithContext(w.watchErrorHandler("pods"))
 	_ = sliceInf.SetWatchErrorHandlerWithContext(w.watchErrorHandler("endpointslices"))
 	podSeen := w.handler(func(seen time.Time, obj any) { w.podEvent(seen, obj, false) })
@@ -144,20 +131,26 @@ func (w *watcher) handler(event func(seen time.Time, obj any)) func(obj any) {
 	}
 }
 
-// informer is a shared informer over lw, restricted to sel, whose watches
-// pass through w.door.
-func (w *watcher) informer(client kubernetes.Interface, obj runtime.Object, sel labels.Selector, lw *cache.ListWatch) cache.SharedIndexInformer {
-	list, watchFn := lw.ListWithContextFunc, lw.WatchFuncWithContext
-	lw.ListWithContextFunc = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		o.LabelSelector = sel.String()
-		return list(ctx, o)
+// informer is a shared informer of obj's kind over list and watch,
+// restricted to sel, whose watches pass through d.
+func informer[L runtime.Object](d *door, client kubernetes.Interface, obj runtime.Object, sel labels.Selector,
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel.String()
+			l, err := list(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel.String()
+			return d.wrap(watchFn(ctx, o))
+		},
 	}
-	lw.WatchFuncWithContext = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		o.LabelSelector = sel.String()
-		return watchFn(ctx, o)
-	}
-	return cache.NewSharedIndexInformerWithOptions(
-		cache.ToListWatcherWithWatchListSemantics(w.door.listWatch(lw), client), obj,
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), obj,
 		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
 }
 
