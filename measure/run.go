@@ -199,61 +199,56 @@ func (r *runner) report(p Progress) {
 // them.
 const createTimeout = 30 * time.Second
 
-// created is what the run made, for cleanup: names always, UIDs once the API
-// server confirmed the create.
+// created is what the run made in an existing namespace, for cleanup (in
+// its own namespace the namespace goes with everything in it): UIDs once
+// the API server confirmed the create; names are r.wl's.
 type created struct {
-	namespace                    types.UID // own namespace only
 	service, deployment, ingress types.UID
 }
 
 // create makes the namespace (unless the run uses an existing one), the
 // Service, the Deployment and the Ingress. Everything carries the run id;
 // nothing is created outside r.ns.
-func (r *runner) create(ctx context.Context) error {
+func (r *runner) create(ctx context.Context) (err error) {
 	c := r.cfg.Client
-	call := func(what string, f func(context.Context) (types.UID, error), uid *types.UID) error {
+	call := func(what string, f func(context.Context) (types.UID, error)) (types.UID, error) {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("create %s: %w", what, context.Cause(ctx))
+			return "", fmt.Errorf("create %s: %w", what, context.Cause(ctx))
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 		defer cancel()
 		id, err := f(cctx)
 		if err != nil {
 			if apierrors.IsNotFound(err) && r.cfg.Namespace != "" {
-				return fmt.Errorf("create %s: namespace %s does not exist (--%s names an existing namespace; an administrator creates it, e.g. kubectl apply -k deploy/rbac/namespaced): %w",
+				return "", fmt.Errorf("create %s: namespace %s does not exist (--%s names an existing namespace; an administrator creates it, e.g. kubectl apply -k deploy/rbac/namespaced): %w",
 					what, r.ns, FlagNamespace, err)
 			}
-			return fmt.Errorf("create %s: %w", what, err)
+			return "", fmt.Errorf("create %s: %w", what, err)
 		}
-		*uid = id
-		return nil
+		return id, nil
 	}
 	if r.ownNamespace() {
-		err := call("namespace "+r.ns+" (needs create namespaces)", func(ctx context.Context) (types.UID, error) {
-			o, err := c.CoreV1().Namespaces().Create(ctx, r.wl.Namespace, metav1.CreateOptions{})
-			return uidOf(o, err)
-		}, &r.made.namespace)
-		if err != nil {
+		if _, err := call("namespace "+r.ns+" (needs create namespaces)", func(ctx context.Context) (types.UID, error) {
+			return uidOf(c.CoreV1().Namespaces().Create(ctx, r.wl.Namespace, metav1.CreateOptions{}))
+		}); err != nil {
 			return err
 		}
 	}
 	name := r.wl.Deployment.Name
-	if err := call("service "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
-		o, err := c.CoreV1().Services(r.ns).Create(ctx, r.wl.Service, metav1.CreateOptions{})
-		return uidOf(o, err)
-	}, &r.made.service); err != nil {
+	if r.made.service, err = call("service "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
+		return uidOf(c.CoreV1().Services(r.ns).Create(ctx, r.wl.Service, metav1.CreateOptions{}))
+	}); err != nil {
 		return err
 	}
-	if err := call("deployment "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
-		o, err := c.AppsV1().Deployments(r.ns).Create(ctx, r.wl.Deployment, metav1.CreateOptions{})
-		return uidOf(o, err)
-	}, &r.made.deployment); err != nil {
+	if r.made.deployment, err = call("deployment "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
+		return uidOf(c.AppsV1().Deployments(r.ns).Create(ctx, r.wl.Deployment, metav1.CreateOptions{}))
+	}); err != nil {
 		return err
 	}
-	return call("ingress "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
-		o, err := c.NetworkingV1().Ingresses(r.ns).Create(ctx, r.wl.Ingress, metav1.CreateOptions{})
-		return uidOf(o, err)
-	}, &r.made.ingress)
+	r.made.ingress, err = call("ingress "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
+		return uidOf(c.NetworkingV1().Ingresses(r.ns).Create(ctx, r.wl.Ingress, metav1.CreateOptions{}))
+	})
+	return err
 }
 
 func uidOf[T interface{ GetUID() types.UID }](o T, err error) (types.UID, error) {

@@ -56,23 +56,19 @@ func preflight(ctx context.Context, cfg measure.Config) (int, error) {
 // its own namespace; in --namespace, the namespaced variant there, and that
 // the namespace exists.
 func checkPermissions(ctx context.Context, cfg measure.Config) (int, error) {
-	authz := cfg.Client.AuthorizationV1()
-	if cfg.Namespace == "" {
-		missing, err := deploy.MissingPermissions(ctx, authz, "")
-		if err != nil {
-			return exitCluster, fmt.Errorf("check permissions: %w", err)
-		}
-		if len(missing) > 0 {
-			return exitForbidden, &deploy.MissingError{Missing: missing, Manifest: "deploy/rbac/cluster"}
-		}
-		return exitOK, nil
+	ns, perms, manifest := "", deploy.RequiredPermissions(true), "deploy/rbac/cluster"
+	if cfg.Namespace != "" {
+		ns, perms, manifest = cfg.Namespace, deploy.RequiredPermissions(false), "deploy/rbac/namespaced"
 	}
-	missing, err := deploy.Check(ctx, authz, cfg.Namespace, deploy.RequiredPermissions(false))
+	missing, err := deploy.Check(ctx, cfg.Client.AuthorizationV1(), ns, perms)
 	if err != nil {
 		return exitCluster, fmt.Errorf("check permissions: %w", err)
 	}
 	if len(missing) > 0 {
-		return exitForbidden, &deploy.MissingError{Missing: missing, Manifest: "deploy/rbac/namespaced", Namespace: cfg.Namespace}
+		return exitForbidden, &deploy.MissingError{Missing: missing, Manifest: manifest, Namespace: ns}
+	}
+	if cfg.Namespace == "" {
+		return exitOK, nil
 	}
 	// Permissions in a namespace that does not exist can be granted (a
 	// ClusterRole bound cluster-wide); a server-side dry run of a create
