@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/internal/e2etest"
-	"github.com/epwindow/epwindow/results"
 )
 
 // The namespaced variant end to end, as a platform team without cluster-wide
@@ -73,15 +71,7 @@ func TestMeasureInExistingNamespace(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("measure --namespace %s as the restricted user: %v\nstderr:\n%s", ns, err, stderr.String())
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	file, err := results.Decode(f)
-	if err != nil {
-		t.Fatalf("results file: %v", err)
-	}
+	file := e2etest.ReadResults(t, out)
 	if file.Header == nil || file.Header.Namespace != ns {
 		t.Errorf("results header %+v, want namespace %s", file.Header, ns)
 	}
@@ -95,30 +85,7 @@ func TestMeasureInExistingNamespace(t *testing.T) {
 	}
 
 	// Nothing of the run's is left: every object it made carries its run id.
-	runLabel := labels.SelectorFromSet(labels.Set{deploy.LabelManagedBy: deploy.ManagedByValue}).String() + "," + deploy.LabelRunID
-	list := metav1.ListOptions{LabelSelector: runLabel}
-	var left []string
-	if l, err := admin.AppsV1().Deployments(ns).List(ctx, list); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "deployment/"+o.Name)
-		}
-	}
-	if l, err := admin.CoreV1().Services(ns).List(ctx, list); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "service/"+o.Name)
-		}
-	}
-	if l, err := admin.NetworkingV1().Ingresses(ns).List(ctx, list); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "ingress/"+o.Name)
-		}
-	}
-	if l, err := admin.CoreV1().Pods(ns).List(ctx, list); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "pod/"+o.Name)
-		}
-	}
-	if len(left) > 0 {
+	if left := e2etest.RunLeftovers(t, admin, ns); len(left) > 0 {
 		t.Errorf("measure --namespace left %v in %s", left, ns)
 	}
 

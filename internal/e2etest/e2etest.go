@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
@@ -113,4 +116,65 @@ func (s *Sink) Header(h *results.Header) error { s.Meta = h; return s.w.WriteHea
 func (s *Sink) Trial(r *results.Record) error {
 	s.Records = append(s.Records, r)
 	return s.w.WriteTrial(r)
+}
+
+// RunLeftovers lists what any measure run left in namespace ns: every
+// object carrying a run id (deploy.LabelRunID) — Deployments, Services,
+// Ingresses and pods, terminating ones included — and ReplicaSets orphaned
+// rather than collected with their Deployment.
+func RunLeftovers(t testing.TB, c kubernetes.Interface, ns string) []string {
+	t.Helper()
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: deploy.LabelRunID}
+	var left []string
+	for _, l := range []struct {
+		kind string
+		list func() (runtime.Object, error)
+	}{
+		{"deployment", func() (runtime.Object, error) { return c.AppsV1().Deployments(ns).List(ctx, sel) }},
+		{"service", func() (runtime.Object, error) { return c.CoreV1().Services(ns).List(ctx, sel) }},
+		{"ingress", func() (runtime.Object, error) { return c.NetworkingV1().Ingresses(ns).List(ctx, sel) }},
+		{"pod", func() (runtime.Object, error) { return c.CoreV1().Pods(ns).List(ctx, sel) }},
+	} {
+		obj, err := l.list()
+		if err != nil {
+			t.Fatalf("list %ss in %s: %v", l.kind, ns, err)
+		}
+		items, err := meta.ExtractList(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range items {
+			m, err := meta.Accessor(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left = append(left, l.kind+"/"+m.GetName())
+		}
+	}
+	rs, err := c.AppsV1().ReplicaSets(ns).List(ctx, sel)
+	if err != nil {
+		t.Fatalf("list replicasets in %s: %v", ns, err)
+	}
+	for _, o := range rs.Items {
+		if o.DeletionTimestamp == nil && len(o.OwnerReferences) == 0 {
+			left = append(left, "orphaned replicaset/"+o.Name)
+		}
+	}
+	return left
+}
+
+// ReadResults decodes the results file at path (measure --out).
+func ReadResults(t testing.TB, path string) *results.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	file, err := results.Decode(f)
+	if err != nil {
+		t.Fatalf("results file %s does not decode: %v", path, err)
+	}
+	return file
 }

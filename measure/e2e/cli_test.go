@@ -19,7 +19,6 @@ import (
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/internal/e2etest"
-	"github.com/epwindow/epwindow/results"
 )
 
 func adminClient(t *testing.T) kubernetes.Interface {
@@ -175,15 +174,7 @@ func TestCLIInterruptMidTrial(t *testing.T) {
 	if ns := epwindowNamespaces(t); len(ns) != 0 {
 		t.Errorf("namespaces left after Ctrl-C: %v", ns)
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	file, err := results.Decode(f)
-	if err != nil {
-		t.Fatalf("results file after Ctrl-C does not decode: %v", err)
-	}
+	file := e2etest.ReadResults(t, out)
 	if len(file.Trials) != 1 {
 		t.Errorf("results file holds %d trials, want the 1 finished before Ctrl-C", len(file.Trials))
 	}

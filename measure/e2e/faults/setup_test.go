@@ -129,31 +129,7 @@ func TestInterruptBetweenDeploymentAndIngressInExistingNamespace(t *testing.T) {
 	}
 
 	// Nothing carrying a run id is left in ns, not even a terminating pod.
-	sel := metav1.ListOptions{LabelSelector: deploy.LabelRunID}
-	var left []string
-	if l, err := admin.AppsV1().Deployments(ns).List(bg, sel); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "deployment/"+o.Name)
-		}
-	}
-	if l, err := admin.AppsV1().ReplicaSets(ns).List(bg, sel); err == nil {
-		for _, o := range l.Items {
-			if o.DeletionTimestamp == nil && len(o.OwnerReferences) == 0 {
-				left = append(left, "orphaned replicaset/"+o.Name)
-			}
-		}
-	}
-	if l, err := admin.CoreV1().Services(ns).List(bg, sel); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "service/"+o.Name)
-		}
-	}
-	if l, err := admin.CoreV1().Pods(ns).List(bg, sel); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "pod/"+o.Name)
-		}
-	}
-	if len(left) > 0 {
+	if left := e2etest.RunLeftovers(t, admin, ns); len(left) > 0 {
 		t.Errorf("an interrupted setup in --namespace %s left %v", ns, left)
 	}
 	got, err := admin.CoreV1().Namespaces().Get(bg, ns, metav1.GetOptions{})
