@@ -3,13 +3,14 @@ package controlplane
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/epwindow/epwindow/deploy/local/internal/freeport"
 )
 
 // startEtcd runs a single-member etcd inside this process, on loopback ports
@@ -18,7 +19,7 @@ import (
 func startEtcd(dir, logFile string) (*embed.Etcd, string, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		ports, err := freePorts(2)
+		ports, err := freeport.Loopback(2)
 		if err != nil {
 			return nil, "", err
 		}
@@ -58,24 +59,4 @@ func startEtcd(dir, logFile string) (*embed.Etcd, string, error) {
 		}
 	}
 	return nil, "", fmt.Errorf("start etcd: %w", lastErr)
-}
-
-// freePorts returns n distinct loopback TCP ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a free loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/epwindow/epwindow/deploy/local/internal/freeport"
 )
 
 // Config says how to run Skipper against the local API server.
@@ -97,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Skipper, error) {
 }
 
 func start(ctx context.Context, cfg Config) (*Skipper, error) {
-	ports, err := freePorts(2)
+	ports, err := freeport.Loopback(2)
 	if err != nil {
 		return nil, err
 	}
@@ -196,23 +198,3 @@ func (s *Skipper) Stop() {
 
 // PID is the Skipper process id.
 func (s *Skipper) PID() int { return s.cmd.Process.Pid }
-
-// freePorts returns n distinct loopback TCP ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a free loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}

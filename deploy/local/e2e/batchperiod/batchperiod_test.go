@@ -3,7 +3,6 @@ package batchperiod
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -22,21 +21,7 @@ const batchPeriod = time.Second
 var cluster *testenv.Cluster
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: 2, BatchPeriod: batchPeriod, IngressPoll: 3 * time.Second})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the local cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop the local cluster:", err)
-		code = 1
-	}
-	c.Release()
-	os.Exit(code)
+	testenv.Main(m, testenv.Options{Nodes: 2, BatchPeriod: batchPeriod, IngressPoll: 3 * time.Second}, func(c *testenv.Cluster) { cluster = c })
 }
 
 // sleepers is a Deployment of pods that run `sleep`, ready once running.

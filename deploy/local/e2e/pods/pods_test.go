@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -28,21 +27,7 @@ const ingressPoll = time.Second
 var cluster *testenv.Cluster
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: 2, IngressPoll: ingressPoll})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the local cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop the local cluster:", err)
-		code = 1
-	}
-	c.Release()
-	os.Exit(code)
+	testenv.Main(m, testenv.Options{Nodes: 2, IngressPoll: ingressPoll}, func(c *testenv.Cluster) { cluster = c })
 }
 
 // probeTimeline is the part of the probe's GET /timeline record (the main

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -238,6 +239,27 @@ func (c *Cluster) Done() <-chan struct{} { return c.done }
 func (c *Cluster) Kill() {
 	_ = c.cmd.Process.Kill()
 	<-c.done
+}
+
+// Main is a package's TestMain: it starts the cluster with o (waiting up
+// to 10 minutes, another package's cluster included), hands it to set, runs
+// the tests, stops and releases the cluster and exits.
+func Main(m *testing.M, o Options, set func(*Cluster)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	c, err := Start(ctx, o)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the local cluster:", err)
+		os.Exit(1)
+	}
+	set(c)
+	code := m.Run()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop the local cluster:", err)
+		code = 1
+	}
+	c.Release()
+	os.Exit(code)
 }
 
 // Release lets another package's cluster start; call it after Stop (and
