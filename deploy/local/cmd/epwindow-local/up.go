@@ -9,11 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/epwindow/epwindow/deploy/local/controlplane"
 	"github.com/epwindow/epwindow/deploy/local/skipper"
+
+	"github.com/epwindow/epwindow/deploy/local/internal/flock"
 )
 
 // Flag names of `up`.
@@ -113,31 +114,9 @@ func removeOwned(dir string, withLogs bool) error {
 const machineLock = "/run/epwindow-local.lock"
 
 func lockMachine(ctx context.Context, stderr io.Writer) (*os.File, error) {
-	f, err := os.OpenFile(machineLock, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open %s (run as root): %w", machineLock, err)
-	}
-	told := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", machineLock, err)
-		}
-		if !told {
-			fmt.Fprintf(stderr, "waiting for another epwindow-local up on this machine to stop (%s is locked)\n", machineLock)
-			told = true
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return flock.Acquire(ctx, machineLock, func() {
+		fmt.Fprintf(stderr, "waiting for another epwindow-local up on this machine to stop (%s is locked)\n", machineLock)
+	})
 }
 
 // up runs the cluster until ctx ends or a component fails, then tears it

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/epwindow/epwindow/deploy/local/internal/flock"
 )
 
 // Options are `epwindow-local up`'s flags.
@@ -100,26 +102,11 @@ func RequireBinaries(names ...string) error {
 const LockFile = "/run/epwindow-local-tests.lock"
 
 func acquireLock(ctx context.Context) (*os.File, error) {
-	f, err := os.OpenFile(LockFile, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open %s (the local cluster needs root): %w", LockFile, err)
+	f, err := flock.Acquire(ctx, LockFile, nil)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("waiting for another package's local cluster to stop (%s): %w", LockFile, err)
 	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", LockFile, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for another package's local cluster to stop (%s): %w", LockFile, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return f, err
 }
 
 // Start runs `bin/epwindow-local up` in a fresh temporary directory and
