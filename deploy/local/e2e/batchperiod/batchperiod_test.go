@@ -3,6 +3,7 @@ package batchperiod
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,9 +69,19 @@ func TestBatchPeriodDelaysSliceUpdate(t *testing.T) {
 	}
 	const trials = 3
 	for i := 0; i < trials; i++ {
-		// A Ready pod whose address the slice lists as ready.
+		// A Ready pod whose address the slice lists as ready, with no sync
+		// pending in the controller: a pod or slice event queues the
+		// Service with AddAfter(batch period), and a later AddAfter does
+		// not push an already waiting entry back (client-go
+		// util/workqueue/delaying_queue.go keeps the earlier readyAt). A
+		// sync queued by an event shortly before the delete would carry
+		// the deletion with it, sooner than the batch period. So the pods
+		// and slices must have been unchanged for a whole batch period
+		// (plus 200 ms for this poll's and the informers' delivery).
 		var victim, ip string
-		err := testenv.Poll(ctx, "a Ready pod listed ready in the slice", 100*time.Millisecond, 90*time.Second, func() (bool, error) {
+		var seen string
+		var since time.Time
+		err := testenv.Poll(ctx, "a Ready pod listed ready in the slice, nothing changed for a batch period", 100*time.Millisecond, 90*time.Second, func() (bool, error) {
 			pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, err
@@ -81,13 +92,21 @@ func TestBatchPeriodDelaysSliceUpdate(t *testing.T) {
 			}
 			eps := testenv.SliceEndpoints(sl.Items)
 			ready := 0
+			var versions []string
 			for _, p := range pods.Items {
+				versions = append(versions, p.Name+"@"+p.ResourceVersion)
 				if p.DeletionTimestamp == nil && testenv.PodReady(&p) && eps[p.Status.PodIP].Ready {
 					victim, ip = p.Name, p.Status.PodIP
 					ready++
 				}
 			}
-			return ready == 2, nil
+			for _, e := range sl.Items {
+				versions = append(versions, e.Name+"@"+e.ResourceVersion)
+			}
+			if v := strings.Join(versions, ","); v != seen {
+				seen, since = v, time.Now()
+			}
+			return ready == 2 && time.Since(since) >= batchPeriod+200*time.Millisecond, nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -109,8 +128,8 @@ func TestBatchPeriodDelaysSliceUpdate(t *testing.T) {
 		fmt.Printf("batch period %s: delete → slice not-ready %s (trial %d)\n", batchPeriod, d.Round(time.Millisecond), i+1)
 		// The controller holds the change for exactly the batch period
 		// (pkg/controller/endpointslice: queue.AddAfter(key,
-		// endpointUpdatesBatchPeriod)), so the update can never come
-		// sooner. Later by up to 1 s is the controller's own retry when
+		// endpointUpdatesBatchPeriod)), and no earlier sync was pending
+		// (above), so the update cannot come sooner. Later by up to 1 s is the controller's own retry when
 		// its slice cache is stale (real behaviour), plus up to 0.5 s of
 		// watch delivery and scheduling on a busy 2-core machine.
 		if d < batchPeriod || d > batchPeriod+1500*time.Millisecond {
