@@ -27,6 +27,8 @@ func newApp() *cli.App {
 			manifestsCommand(),
 			reportCommand(),
 			compareCommand(),
+			lintCommand(),
+			policyCommand(),
 		},
 		EnableBashCompletion: true,
 	}

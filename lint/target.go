@@ -1,0 +1,79 @@
+package lint
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/epwindow/epwindow/results"
+)
+
+// Target is the number workloads are held to: DESIGN.md's
+//
+//	preStop ≥ PreStop
+//	terminationGracePeriodSeconds ≥ preStop + Drain + Headroom
+//
+// PreStop is whole seconds (the sleep action counts seconds); Grace rounds
+// Drain + Headroom up the way results.Recommendation does.
+type Target struct {
+	PreStop  time.Duration `json:"-"`
+	Drain    time.Duration `json:"-"`
+	Headroom time.Duration `json:"-"`
+	// From says where the number came from: a results file or the flags.
+	From string `json:"from"`
+}
+
+// FromRecommendation is the number a measure run recommends: its preStop
+// and the drain and headroom its grace period was computed with.
+func FromRecommendation(r *results.Recommendation, from string) Target {
+	return Target{
+		PreStop:  r.PreStop(),
+		Drain:    time.Duration(r.DrainNS),
+		Headroom: time.Duration(r.HeadroomNS),
+		From:     from,
+	}
+}
+
+// Validate checks the number; messages name the flag to change.
+func (t Target) Validate() error {
+	switch {
+	case t.PreStop <= 0:
+		return fmt.Errorf("--prestop (%s) must be positive", t.PreStop)
+	case t.Drain < 0:
+		return fmt.Errorf("--drain (%s) must not be negative", t.Drain)
+	case t.Headroom < 0:
+		return fmt.Errorf("--headroom (%s) must not be negative", t.Headroom)
+	case t.PreStop > 24*time.Hour || t.Drain > 24*time.Hour || t.Headroom > 24*time.Hour:
+		return errors.New("--prestop, --drain and --headroom must each be under 24h")
+	}
+	return nil
+}
+
+// PreStopSeconds is the preStop the window needs, in whole seconds.
+func (t Target) PreStopSeconds() int64 { return ceilSeconds(t.PreStop) }
+
+// TailSeconds is what the grace period adds after the preStop: drain +
+// headroom, rounded up.
+func (t Target) TailSeconds() int64 { return ceilSeconds(t.Drain + t.Headroom) }
+
+// GraceSeconds is the least terminationGracePeriodSeconds for a pod whose
+// termination delay (preStop + in-app delay) is cover: the kubelet counts
+// the preStop hook inside the grace period
+// (pkg/kubelet/kuberuntime/kuberuntime_container.go, killContainer:
+// gracePeriod -= the hook's time), so the app's drain starts only after it.
+func (t Target) GraceSeconds(cover time.Duration) int64 {
+	return max(ceilSeconds(cover), t.PreStopSeconds()) + t.TailSeconds()
+}
+
+// String renders the number as the flags that give it.
+func (t Target) String() string {
+	return fmt.Sprintf("--prestop %ds --drain %s --headroom %s", t.PreStopSeconds(), t.Drain, t.Headroom)
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
