@@ -3,7 +3,6 @@ package measure
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -59,34 +58,6 @@ type watchError struct {
 	at       time.Time
 	resource string
 	err      string
-}
-
-// trialWatch holds what the watches saw of one trial's pod and address. All
-// instants are on the tool's clock except serverDeleteTime.
-type trialWatch struct {
-	pod  string
-	uid  types.UID
-	addr netip.Addr
-	// t0 is set for trials begun by the watch itself (rollout mode): the
-	// first sight of the pod terminating, tool clock, watch delivery.
-	t0 time.Time
-
-	// PodTerminatingSeen: pod watch, first event with deletionTimestamp, tool clock, ~ms.
-	terminatingSeen time.Time
-	// ServerDeleteTime: deletionTimestamp − deletionGracePeriodSeconds, API server clock, 1 s.
-	serverDeleteTime time.Time
-	// PodDeleted: pod watch DELETED event, tool clock, ~ms.
-	podDeleted time.Time
-	// deletedOnRelist is set when the deletion was only inferred from a relist
-	// (DeletedFinalStateUnknown): its instant is not a watch delivery.
-	deletedOnRelist bool
-	// SliceNotReady / SliceNotServing / SliceRemoved: EndpointSlice watch, tool clock, ~ms.
-	sliceNotReady   time.Time
-	sliceNotServing time.Time
-	sliceRemoved    time.Time
-	// lastPod is the latest object seen, for the container's termination
-	// message and exit time.
-	lastPod *corev1.Pod
 }
 
 func newWatcher(client kubernetes.Interface, clk clock.PassiveClock, ns string, podSel labels.Selector, service string) *watcher {
@@ -196,126 +167,4 @@ func (w *watcher) notify() {
 	case w.changed <- struct{}{}:
 	default:
 	}
-}
-
-func (w *watcher) podEvent(seen time.Time, obj any, deleted bool) {
-	relist := false
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj, relist = d.Obj, true
-	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	w.mu.Lock()
-	defer w.notify()
-	defer w.mu.Unlock()
-	tw := w.trials[pod.UID]
-	if tw == nil && w.follow != nil && pod.DeletionTimestamp != nil && !deleted && w.follow(pod) {
-		if addr, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
-			tw = &trialWatch{pod: pod.Name, uid: pod.UID, addr: addr, t0: seen}
-			w.trials[pod.UID] = tw
-			w.followed = append(w.followed, tw)
-			w.applySlices(tw, seen)
-		}
-	}
-	if tw == nil {
-		return
-	}
-	applyPodEvent(tw, seen, pod, deleted, relist)
-}
-
-// applyPodEvent records what one pod event tells about the trial's pod.
-func applyPodEvent(tw *trialWatch, seen time.Time, pod *corev1.Pod, deleted, relist bool) {
-	tw.lastPod = pod
-	if pod.DeletionTimestamp != nil && tw.terminatingSeen.IsZero() {
-		tw.terminatingSeen = seen
-		// deletionTimestamp = request time + grace (apiserver
-		// registry/rest/delete.go BeforeDelete), at 1 s resolution.
-		grace := int64(0)
-		if pod.DeletionGracePeriodSeconds != nil {
-			grace = *pod.DeletionGracePeriodSeconds
-		}
-		tw.serverDeleteTime = pod.DeletionTimestamp.Add(-time.Duration(grace) * time.Second)
-	}
-	if deleted && tw.podDeleted.IsZero() {
-		tw.podDeleted = seen
-		tw.deletedOnRelist = relist
-	}
-}
-
-func (w *watcher) sliceEvent(seen time.Time) {
-	w.mu.Lock()
-	for _, tw := range w.trials {
-		w.applySlices(tw, seen)
-	}
-	w.mu.Unlock()
-	w.notify()
-}
-
-// applySlices applies the cached slices to tw; the caller holds w.mu.
-func (w *watcher) applySlices(tw *trialWatch, seen time.Time) {
-	slices, err := w.slices.EndpointSlices(w.ns).List(w.sliceSel)
-	if err != nil {
-		return
-	}
-	applySliceState(tw, seen, slices)
-}
-
-// applySliceState records the first instants at which the trial's address
-// stopped being ready, stopped serving, and left every slice. A removal seen
-// before a not-ready update (the controller's batching can merge them) sets
-// the earlier stages too: the address stopped being ready no later than that.
-func applySliceState(tw *trialWatch, seen time.Time, slices []*discoveryv1.EndpointSlice) {
-	st, found := addressState(slices, tw.addr)
-	if (!found || !st.Ready || st.Terminating) && tw.sliceNotReady.IsZero() {
-		tw.sliceNotReady = seen
-	}
-	if (!found || !st.Serving) && tw.sliceNotServing.IsZero() {
-		tw.sliceNotServing = seen
-	}
-	if !found && tw.sliceRemoved.IsZero() {
-		tw.sliceRemoved = seen
-	}
-}
-
-// begin makes pod a trial in progress. The address must be ready in the
-// slices now, or the first event would record a stale state.
-func (w *watcher) begin(pod *corev1.Pod, addr netip.Addr) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.trials[pod.UID] = &trialWatch{pod: pod.Name, uid: pod.UID, addr: addr, lastPod: pod}
-}
-
-// end stops attributing events to the trial of uid and returns what was seen.
-func (w *watcher) end(uid types.UID) trialWatch {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	tw := *w.trials[uid]
-	delete(w.trials, uid)
-	return tw
-}
-
-// snapshot returns a copy of the trial of uid.
-func (w *watcher) snapshot(uid types.UID) trialWatch {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return *w.trials[uid]
-}
-
-// takeFollowed returns the trials follow began since the last call.
-func (w *watcher) takeFollowed() []*trialWatch {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := w.followed
-	w.followed = nil
-	return out
-}
-
-// setFollow sets (or, with nil, clears) the rollout mode's rule for which
-// terminating pods begin a trial by themselves.
-func (w *watcher) setFollow(f func(*corev1.Pod) bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.follow = f
 }

@@ -1,0 +1,179 @@
+package measure
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/epwindow/epwindow/measure/load"
+	"github.com/epwindow/epwindow/measure/upstream"
+	"github.com/epwindow/epwindow/probe"
+	"github.com/epwindow/epwindow/results"
+)
+
+// trialInput is everything one trial gathered; buildRecord turns it into a
+// record without touching the cluster.
+type trialInput struct {
+	trial int
+	// rollout: T0 is the watch's first sight of the deletion, which the
+	// Deployment controller sent, not this tool.
+	rollout   bool
+	pod, node string
+	addr      netip.Addr
+	t0, acked time.Time
+	watch     trialWatch
+	observer  string // "" or upstream.KindNone when there is none
+	removals  []upstream.Removal
+	// timeline is the probe's own record, from its termination message or
+	// the last read through the pod proxy (timelineSource says which).
+	timeline       *probe.Timeline
+	timelineSource string
+	// exitByKubelet is the container's terminated state, for the exit time
+	// when the probe's own record lacks it.
+	exitByKubelet *corev1.ContainerStateTerminated
+	skew          load.Estimate
+	skewOK        bool
+	clientLast    load.PodStats
+	clientOK      bool
+	failures      map[string]int
+	maxSkew       time.Duration
+	invalid       []string
+}
+
+// buildRecord assembles a trial's record. Pod-clock instants are corrected
+// by the skew estimate and carry its uncertainty; a trial with missing or
+// suspect data is kept, marked invalid with every reason.
+func buildRecord(in trialInput) *results.Record {
+	rec := &results.Record{
+		Kind: results.KindTrial, Trial: in.trial, Pod: in.pod, Node: in.node, PodIP: in.addr.String(),
+		T0: in.t0, ClientFailures: in.failures,
+	}
+	invalid := slices.Clone(in.invalid)
+	add := func(name, key string, at time.Time, unc time.Duration, clk results.Clock) {
+		if at.IsZero() {
+			return
+		}
+		rec.Stages = append(rec.Stages, results.Stage{Name: name, Key: key, At: at, OffsetNS: int64(at.Sub(in.t0)),
+			UncertaintyNS: int64(unc), Clock: clk})
+	}
+	if in.rollout {
+		// T0 is pod_terminating_seen: the Deployment controller deleted the
+		// pod; the watch saw it ~ms later.
+		rec.T0Source = results.StagePodTerminatingSeen
+	} else {
+		// DeleteSent (T0) / DeleteAcked: the DELETE call, tool clock, µs.
+		rec.T0Source = results.StageDeleteSent
+		add(results.StageDeleteSent, "", in.t0, 0, results.ClockTool)
+		add(results.StageDeleteAcked, "", in.acked, 0, results.ClockTool)
+	}
+	w := in.watch
+	add(results.StagePodTerminatingSeen, "", w.terminatingSeen, 0, results.ClockTool)
+	// ServerDeleteTime: metav1.Time, 1 s resolution — a cross-check only.
+	add(results.StageServerDeleteTime, "", w.serverDeleteTime, time.Second, results.ClockAPIServer)
+	add(results.StageSliceNotReady, "", w.sliceNotReady, 0, results.ClockTool)
+	add(results.StageSliceNotServing, "", w.sliceNotServing, 0, results.ClockTool)
+	add(results.StageSliceRemoved, "", w.sliceRemoved, 0, results.ClockTool)
+	add(results.StagePodDeleted, "", w.podDeleted, 0, results.ClockTool)
+	if w.terminatingSeen.IsZero() {
+		invalid = append(invalid, "the pod watch never showed the pod terminating")
+	}
+	if w.sliceNotReady.IsZero() {
+		invalid = append(invalid, "the EndpointSlice watch never showed the address not ready")
+	}
+	if w.podDeleted.IsZero() {
+		invalid = append(invalid, "the pod watch never showed the pod deleted")
+	} else if w.deletedOnRelist {
+		invalid = append(invalid, "the pod's deletion was seen only on a relist (the watch broke): pod_deleted is not a watch delivery")
+	}
+
+	// UpstreamLastPresent / UpstreamRemoved: observer polls, tool clock; the
+	// truth lies in [last present sent, removed answered].
+	if in.observer != "" && in.observer != upstream.KindNone {
+		if len(in.removals) == 0 {
+			invalid = append(invalid, fmt.Sprintf("the %s observer never listed %s: its removal cannot be timed", in.observer, in.addr))
+		}
+		for _, rm := range in.removals {
+			after, notAfter := rm.Bracket()
+			add(results.StageUpstreamLastSeen, rm.Key(), rm.LastPresent.At, rm.Resolution, results.ClockTool)
+			if rm.Done() {
+				add(results.StageUpstreamRemoved, rm.Key(), rm.Removed.At, notAfter.Sub(after), results.ClockTool)
+			}
+			if why := rm.Invalid(); why != "" {
+				invalid = append(invalid, why)
+			}
+		}
+	}
+
+	// ClientLastRouted: the load generator's last response from this pod, tool clock, ms.
+	if in.clientOK {
+		add(results.StageClientLastRouted, "", in.clientLast.Last, in.clientLast.Last.Sub(in.clientLast.LastSent), results.ClockTool)
+	}
+
+	// Pod-clock stages: the probe's record, corrected by the skew estimate.
+	if !in.skewOK {
+		invalid = append(invalid, "no clock-skew estimate for the probe: its stages cannot be put on the tool's clock")
+	} else {
+		rec.SkewNS, rec.SkewUncertaintyNS = int64(in.skew.Offset), int64(in.skew.Uncertainty)
+		if in.maxSkew > 0 && in.skew.Uncertainty > in.maxSkew {
+			invalid = append(invalid, fmt.Sprintf("clock-skew bound ±%s exceeds --%s %s", in.skew.Uncertainty, FlagMaxSkew, in.maxSkew))
+		}
+	}
+	tl := in.timeline
+	if tl == nil {
+		invalid = append(invalid, "the probe's record could not be read (pod proxy and termination message): "+in.timelineSource)
+	}
+	if tl != nil && in.skewOK {
+		unc := in.skew.Uncertainty
+		pod := func(name, key string, t *time.Time) {
+			if t != nil {
+				add(name, key, in.skew.ToTool(*t), unc, results.ClockPod)
+			}
+		}
+		pod(results.StagePrestopCalled, "", tl.PrestopCalled)
+		pod(results.StageSigterm, "", tl.Sigterm)
+		pod(results.StageLastRequest, "", tl.LastTrafficRequest)
+		var latestPeer *time.Time
+		for _, p := range tl.Peers {
+			if p.LastTrafficAccept == nil {
+				continue
+			}
+			pod(results.StageLastAccept, p.Addr, p.LastTrafficAccept)
+			if latestPeer == nil || p.LastTrafficAccept.After(*latestPeer) {
+				latestPeer = p.LastTrafficAccept
+			}
+		}
+		// Peers trimmed away (cap or 4 KiB termination message) still count.
+		if tl.LastTrafficAccept != nil && (latestPeer == nil || tl.LastTrafficAccept.After(*latestPeer)) {
+			pod(results.StageLastAccept, "other", tl.LastTrafficAccept)
+		}
+		if tl.Sigterm == nil {
+			invalid = append(invalid, "the probe never received SIGTERM")
+		}
+		// ContainerExit: the probe's own exit record, pod clock, ms.
+		pod(results.StageContainerExit, "", tl.Exit)
+	}
+	if (tl == nil || tl.Exit == nil) && in.exitByKubelet != nil && !in.exitByKubelet.FinishedAt.IsZero() {
+		// ContainerExit: kubelet-reported finishedAt, 1 s resolution.
+		add(results.StageContainerExit, "", in.exitByKubelet.FinishedAt.Time, time.Second, results.ClockKubelet)
+	}
+	slices.SortStableFunc(rec.Stages, func(a, b results.Stage) int { return a.At.Compare(b.At) })
+	rec.Valid = len(invalid) == 0
+	if !rec.Valid {
+		rec.Invalid = joinReasons(invalid)
+	}
+	return rec
+}
+
+func joinReasons(rs []string) string {
+	out := ""
+	for i, r := range rs {
+		if i > 0 {
+			out += "; "
+		}
+		out += r
+	}
+	return out
+}
