@@ -185,7 +185,7 @@ func (x cel) validations() []admissionv1.Validation {
 		{RulePreStopMissing, "variables.delayCeil > 0 || variables.hooks.all(h, h != -2)",
 			fmt.Sprintf("'a serving container has no preStop hook and the pod no %s annotation'", AnnotationShutdownDelay)},
 		{RulePreStopShort, fmt.Sprintf("variables.hooks.all(h, h == -1 || h == -3 || (h == -2 ? (variables.delayCeil == 0 || variables.delayFloor >= %[1]d) : h + variables.delayFloor >= %[1]d))", n),
-			fmt.Sprintf("'preStop (+ in-app delay) ' + string(variables.hooks.filter(h, h >= 0).map(h, h + variables.delayFloor) + [variables.delayFloor]).min()) + 's < %ds'", n)},
+			fmt.Sprintf("'preStop (+ in-app delay) ' + string((variables.hooks.filter(h, h >= 0).map(h, h + variables.delayFloor) + (variables.hooks.exists(h, h == -2) && variables.delayCeil > 0 ? [variables.delayFloor] : [])).min()) + 's < %ds'", n)},
 		{RulePreStopUnknown, "variables.hooks.all(h, h != -1)",
 			"'a preStop hook whose length the policy cannot read (httpGet to an unlisted path, or a command that is not sleep N)'"},
 		{RuleGraceShort, "size(variables.serving) == 0 || variables.grace >= variables.needGrace",
