@@ -89,6 +89,15 @@ type Params struct {
 	ExitOnSigterm bool
 	// ClockOffset is the probe's --clock-offset (fault injection).
 	ClockOffset time.Duration
+	// ListenDelay is the probe's --listen-delay: it opens its listener only
+	// after this long, like an app loading its configuration first.
+	ListenDelay time.Duration
+	// NoReadiness drops the readiness probe (--readiness=false): the
+	// kubelet then reports the pod Ready as soon as its container runs
+	// (pkg/kubelet/prober/prober_manager.go, UpdatePodStatus: no readiness
+	// prober means ready once started), so the pod enters the EndpointSlice
+	// before it listens when ListenDelay is set.
+	NoReadiness bool
 	// Overlay is the overlay to build (Overlays() or BaseOverlay); "" picks
 	// the overlay named like IngressClass, else the base.
 	Overlay string
@@ -145,6 +154,9 @@ func (p Params) Validate() error {
 	}
 	if p.PreStopSleep > 0 && !p.PreStop {
 		return fmt.Errorf("--prestop-sleep (%s) needs the preStop hook (--prestop)", p.PreStopSleep)
+	}
+	if p.ListenDelay < 0 {
+		return fmt.Errorf("--listen-delay (%s) must not be negative", p.ListenDelay)
 	}
 	if p.GracePeriod < 0 {
 		return fmt.Errorf("--grace (%s) must not be negative", p.GracePeriod)
@@ -322,6 +334,9 @@ func (p Params) apply(wl *Workload) error {
 		return fmt.Errorf("container %q has no httpGet readiness probe", ProbeContainer)
 	}
 	c.ReadinessProbe.HTTPGet.Port = intstr.FromInt32(port)
+	if p.NoReadiness {
+		c.ReadinessProbe = nil
+	}
 	if !p.PreStop {
 		c.Lifecycle = nil
 	} else {
@@ -370,7 +385,7 @@ func PreStopPath(d time.Duration) string {
 
 // probeFlags are the probe flags Render owns: any occurrence in the
 // manifest's command is replaced by the run's value.
-var probeFlags = []string{"--listen", "--hold", "--exit-on-sigterm", "--clock-offset"}
+var probeFlags = []string{"--listen", "--listen-delay", "--hold", "--exit-on-sigterm", "--clock-offset"}
 
 // command returns the manifest's command without the flags Render owns,
 // followed by the run's values of those flags.
@@ -395,6 +410,9 @@ func (p Params) command(base []string) []string {
 	}
 	if p.ClockOffset != 0 {
 		out = append(out, "--clock-offset="+p.ClockOffset.String())
+	}
+	if p.ListenDelay > 0 {
+		out = append(out, "--listen-delay="+p.ListenDelay.String())
 	}
 	return out
 }

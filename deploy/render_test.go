@@ -173,6 +173,30 @@ func TestRenderOptions(t *testing.T) {
 				t.Errorf("grace = %d, want 10", g)
 			}
 		}},
+		{"startup race", func(p *Params) {
+			p.NoReadiness, p.ListenDelay = true, 3*time.Second
+		}, func(t *testing.T, wl *Workload) {
+			c := container(wl.Deployment)
+			if c.ReadinessProbe != nil {
+				t.Errorf("readinessProbe = %+v, want none", c.ReadinessProbe)
+			}
+			want := []string{"epwindow", "probe", "--listen=:8080", "--hold=1m0s", "--listen-delay=3s"}
+			if !reflect.DeepEqual(c.Command, want) {
+				t.Errorf("command = %q, want %q", c.Command, want)
+			}
+			if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
+				t.Error("the preStop hook went with the readiness probe")
+			}
+		}},
+		{"listen delay behind a readiness probe", func(p *Params) { p.ListenDelay = 1500 * time.Millisecond }, func(t *testing.T, wl *Workload) {
+			c := container(wl.Deployment)
+			if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/healthz" {
+				t.Errorf("readinessProbe = %+v, want the base's httpGet /healthz", c.ReadinessProbe)
+			}
+			if got := c.Command[len(c.Command)-1]; got != "--listen-delay=1.5s" {
+				t.Errorf("command ends with %q, want --listen-delay=1.5s", got)
+			}
+		}},
 		{"explicit grace and port", func(p *Params) { p.GracePeriod, p.Port = 90*time.Second, 9090 }, func(t *testing.T, wl *Workload) {
 			d := wl.Deployment
 			if g := *d.Spec.Template.Spec.TerminationGracePeriodSeconds; g != 90 {
@@ -297,6 +321,7 @@ func TestValidate(t *testing.T) {
 			p.ExitOnSigterm, p.PreStopSleep, p.GracePeriod = true, 5*time.Second, 6*time.Second
 		}, ""},
 		{"bad port", func(p *Params) { p.Port = 70000 }, "port"},
+		{"negative listen delay", func(p *Params) { p.ListenDelay = -time.Second }, "--listen-delay"},
 		{"bad label", func(p *Params) { p.Labels = map[string]string{"a b": "c"} }, "--label"},
 		{"reserved label", func(p *Params) { p.Labels = map[string]string{LabelManagedBy: "me"} }, "set by epwindow"},
 		{"bad run id", func(p *Params) { p.RunID = "run id" }, "run id"},

@@ -52,6 +52,8 @@ const (
 	FlagPreStopSleep = "prestop-sleep"
 	FlagExitOnTerm   = "exit-on-sigterm"
 	FlagClockOffset  = "probe-clock-offset"
+	FlagListenDelay  = "listen-delay"
+	FlagReadiness    = "readiness"
 	FlagDrain        = "drain"
 	FlagStopOnBlind  = "stop-on-blind-observer"
 )
@@ -128,6 +130,12 @@ type Config struct {
 	// ProbeClockOffset is fault injection: every probe reports its clock off
 	// by this much (tests of the skew correction).
 	ProbeClockOffset time.Duration
+	// ProbeListenDelay makes every probe open its listener only this long
+	// after it starts (an app loading its configuration first).
+	ProbeListenDelay time.Duration
+	// NoReadiness drops the probe pods' readiness probe (--readiness=false):
+	// with ProbeListenDelay it reproduces a pod routed before it listens.
+	NoReadiness bool
 	// Drain is the longest request the app must finish after traffic ends;
 	// the recommendation adds it to the grace period.
 	Drain time.Duration
@@ -182,7 +190,7 @@ func (c *Config) Validate() error {
 		flag string
 		v    time.Duration
 	}{{FlagHold, c.Hold}, {FlagQuietPeriod, c.QuietPeriod}, {FlagGraceMargin, c.GraceMargin},
-		{FlagSettle, c.SettleTimeout}, {FlagTrialJitter, c.TrialJitter}, {FlagMaxSkew, c.MaxSkewUncertainty}, {FlagPreStopSleep, c.PreStopSleep}, {FlagDrain, c.Drain}} {
+		{FlagSettle, c.SettleTimeout}, {FlagTrialJitter, c.TrialJitter}, {FlagMaxSkew, c.MaxSkewUncertainty}, {FlagPreStopSleep, c.PreStopSleep}, {FlagDrain, c.Drain}, {FlagListenDelay, c.ProbeListenDelay}} {
 		if d.v < 0 {
 			add("--%s (%s) must not be negative", d.flag, d.v)
 		}

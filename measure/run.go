@@ -103,6 +103,7 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		Overlay: cfg.Overlay, Labels: cfg.Labels,
 		PreStop: cfg.PreStop, PreStopSleep: cfg.PreStopSleep, ExitOnSigterm: cfg.ExitOnSigterm,
 		ClockOffset: cfg.ProbeClockOffset, RunID: r.runID,
+		ListenDelay: cfg.ProbeListenDelay, NoReadiness: cfg.NoReadiness,
 	})
 	if err != nil {
 		return fmt.Errorf("render the probe workload: %w", err)

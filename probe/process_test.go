@@ -91,6 +91,19 @@ exec setpriv --reuid=65534 --regid=65534 --clear-groups "$@"
 // read-only root filesystem (see readOnlyRootScript).
 func startProbeIn(t *testing.T, readOnlyRoot bool, env []string, args ...string) *proc {
 	t.Helper()
+	p := launchProbe(t, readOnlyRoot, env, args...)
+	started := p.waitLog(t, "started")
+	p.addr, _ = started["addr"].(string)
+	if p.addr == "" {
+		t.Fatalf("no addr in the started log line: %v", started)
+	}
+	return p
+}
+
+// launchProbe runs `epwindow probe` as startProbeIn does, without waiting
+// for it to listen.
+func launchProbe(t *testing.T, readOnlyRoot bool, env []string, args ...string) *proc {
+	t.Helper()
 	if buildErr != nil {
 		t.Fatalf("the process-level tests need the epwindow binary: %v", buildErr)
 	}
@@ -169,11 +182,6 @@ func startProbeIn(t *testing.T, readOnlyRoot bool, env []string, args ...string)
 			<-p.done
 		}
 	})
-	started := p.waitLog(t, "started")
-	p.addr, _ = started["addr"].(string)
-	if p.addr == "" {
-		t.Fatalf("no addr in the started log line: %v", started)
-	}
 	return p
 }
 
@@ -416,6 +424,49 @@ func TestProcessExitOnSigtermRefusesNewConnections(t *testing.T) {
 	}
 	eqInt(t, "TrafficRequests", tl.TrafficRequests, 1)
 	eqInt(t, "AcceptsAfterSigterm", tl.AcceptsAfterSigterm, 0)
+}
+
+func TestProcessListenDelayRefusesUntilOpen(t *testing.T) {
+	// A port known before the probe listens on it: the test must dial it
+	// during the delay.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const delay = 2 * time.Second
+	p := launchProbe(t, false, nil, "--pod-name", "probe-late", "--hold", "0s",
+		"--listen", addr, "--listen-delay", delay.String())
+
+	// Logged just before the delay starts: a dial right after it comes well
+	// inside the 2 s, and must be refused, the readiness probe's /healthz
+	// like any other.
+	p.waitLog(t, "waiting to listen")
+	if _, err := net.DialTimeout("tcp", addr, waitTimeout); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial during --listen-delay: %v, want connection refused", err)
+	}
+	started := p.waitLog(t, "started")
+	if got, _ := started["addr"].(string); got != addr {
+		t.Fatalf("started on %q, want --listen %q", got, addr)
+	}
+	c := dialProbe(t, addr)
+	c.expect(t, http.MethodGet, PathHealthz, 200)
+	c.expect(t, http.MethodGet, "/", 200)
+	p.signal(t, syscall.SIGTERM)
+	p.waitExit(t, waitTimeout)
+
+	tl := p.termination(t)
+	if tl.ListenerOpen == nil || tl.FirstTrafficRequest == nil {
+		t.Fatalf("termination timeline: listener_open %v first_traffic_request %v, want both", tl.ListenerOpen, tl.FirstTrafficRequest)
+	}
+	// Go timers never fire early; both stamps are the probe's clock.
+	if d := tl.ListenerOpen.Sub(tl.Started); d < delay {
+		t.Errorf("listener opened %s after the start, want at least --listen-delay (%s)", d, delay)
+	}
+	if tl.FirstTrafficRequest.Before(*tl.ListenerOpen) {
+		t.Errorf("first traffic request %s before the listener opened %s", tl.FirstTrafficRequest, tl.ListenerOpen)
+	}
 }
 
 func TestProcessHoldExpiresByItself(t *testing.T) {

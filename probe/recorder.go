@@ -29,11 +29,12 @@ type Recorder struct {
 
 	mu sync.Mutex
 	// Zero instants mean "not yet".
-	started, prestop, sigterm, released, holdExpired, exit time.Time
-	prestopCalls                                           int64
+	started, listenerOpen, prestop, sigterm, released, holdExpired, exit time.Time
+	prestopCalls                                                         int64
 
 	accepts, requests, trafficAccepts, trafficRequests int64
 	firstAccept, lastAccept, lastRequest               time.Time
+	firstTrafficRequest                                time.Time
 	lastTrafficAccept, lastTrafficRequest              time.Time
 
 	acceptsAfter, requestsAfter, trafficAcceptsAfter, trafficRequestsAfter int64
@@ -141,6 +142,7 @@ func (r *Recorder) Request(c *Conn, traffic bool) time.Time {
 		return at
 	}
 	r.trafficRequests++
+	r.firstTrafficRequest = earlierOf(r.firstTrafficRequest, at)
 	r.lastTrafficRequest = laterOf(r.lastTrafficRequest, at)
 	if after {
 		r.trafficRequestsAfter++
@@ -162,6 +164,11 @@ func (r *Recorder) Request(c *Conn, traffic bool) time.Time {
 	}
 	return at
 }
+
+// ListenerOpen records that the traffic listener is open (after any
+// --listen-delay). ListenerOpen: right after listen(2) returned, probe
+// clock, ~µs; from here on connections are accepted, not refused.
+func (r *Recorder) ListenerOpen() time.Time { return r.stampFirst(&r.listenerOpen) }
 
 // Prestop records a preStop call and reports whether it was the first (the
 // one that stamps PrestopCalled). PrestopCalled: handler entry of the
@@ -193,21 +200,19 @@ func (r *Recorder) Release() (at time.Time, first bool) {
 }
 
 // HoldExpired records that --hold ran out before any release.
-func (r *Recorder) HoldExpired() time.Time {
-	at := r.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	stampOnce(&r.holdExpired, at)
-	return at
-}
+func (r *Recorder) HoldExpired() time.Time { return r.stampFirst(&r.holdExpired) }
 
 // Exit records the end of serving: after drain, before the termination
 // message is written.
-func (r *Recorder) Exit() time.Time {
+func (r *Recorder) Exit() time.Time { return r.stampFirst(&r.exit) }
+
+// stampFirst stamps now into *dst (one of r's instants) unless it is set
+// already, and returns now either way. The clock is read before the lock.
+func (r *Recorder) stampFirst(dst *time.Time) time.Time {
 	at := r.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	stampOnce(&r.exit, at)
+	stampOnce(dst, at)
 	return at
 }
 
@@ -222,6 +227,7 @@ func (r *Recorder) Timeline() Timeline {
 		Now:           now.Round(0),
 		ClockOffsetNS: int64(r.offset),
 		Started:       r.started.Round(0),
+		ListenerOpen:  instant(r.listenerOpen),
 
 		PrestopCalled: instant(r.prestop),
 		PrestopCalls:  r.prestopCalls,
@@ -230,15 +236,16 @@ func (r *Recorder) Timeline() Timeline {
 		HoldExpired:   instant(r.holdExpired),
 		Exit:          instant(r.exit),
 
-		Accepts:            r.accepts,
-		Requests:           r.requests,
-		FirstAccept:        instant(r.firstAccept),
-		LastAccept:         instant(r.lastAccept),
-		LastRequest:        instant(r.lastRequest),
-		TrafficAccepts:     r.trafficAccepts,
-		TrafficRequests:    r.trafficRequests,
-		LastTrafficAccept:  instant(r.lastTrafficAccept),
-		LastTrafficRequest: instant(r.lastTrafficRequest),
+		Accepts:             r.accepts,
+		Requests:            r.requests,
+		FirstAccept:         instant(r.firstAccept),
+		LastAccept:          instant(r.lastAccept),
+		LastRequest:         instant(r.lastRequest),
+		TrafficAccepts:      r.trafficAccepts,
+		TrafficRequests:     r.trafficRequests,
+		FirstTrafficRequest: instant(r.firstTrafficRequest),
+		LastTrafficAccept:   instant(r.lastTrafficAccept),
+		LastTrafficRequest:  instant(r.lastTrafficRequest),
 
 		AcceptsAfterSigterm:         r.acceptsAfter,
 		RequestsAfterSigterm:        r.requestsAfter,
@@ -287,6 +294,15 @@ func (r *Recorder) Timeline() Timeline {
 // order, and a "last" must never move backwards.
 func laterOf(cur, at time.Time) time.Time {
 	if at.After(cur) {
+		return at
+	}
+	return cur
+}
+
+// earlierOf keeps the earlier instant (zero: none yet): concurrent stamps
+// may be recorded out of order, and a "first" must never move forwards.
+func earlierOf(cur, at time.Time) time.Time {
+	if cur.IsZero() || at.Before(cur) {
 		return at
 	}
 	return cur

@@ -233,6 +233,48 @@ func TestRecorderClockOffset(t *testing.T) {
 	}
 }
 
+func TestRecorderStartupInstants(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	r := NewRecorder(clk, "p", time.Minute, 16)
+	tl := r.Timeline()
+	eqTime(t, "ListenerOpen before it opens", tl.ListenerOpen, nil)
+	eqTime(t, "FirstTrafficRequest before any", tl.FirstTrafficRequest, nil)
+
+	clk.SetTime(at(3 * time.Second))
+	r.ListenerOpen()
+	clk.SetTime(at(4 * time.Second))
+	r.ListenerOpen() // first call wins
+	c := r.Accept(addr("10.0.0.1"))
+	r.Request(c, false) // the readiness probe: not traffic
+	clk.SetTime(at(5 * time.Second))
+	r.Request(c, true)
+	clk.SetTime(at(6 * time.Second))
+	r.Request(c, true)
+
+	tl = r.Timeline()
+	eqTime(t, "Started", &tl.Started, ptr(at(time.Minute)))
+	eqTime(t, "ListenerOpen", tl.ListenerOpen, ptr(at(3*time.Second+time.Minute)))
+	eqTime(t, "FirstTrafficRequest", tl.FirstTrafficRequest, ptr(at(5*time.Second+time.Minute)))
+	eqTime(t, "LastTrafficRequest", tl.LastTrafficRequest, ptr(at(6*time.Second+time.Minute)))
+}
+
+func TestEarlierOf(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		cur, at, want time.Time
+	}{
+		{"none yet", time.Time{}, at(2), at(2)},
+		{"earlier wins", at(2), at(1), at(1)},
+		{"later is ignored", at(1), at(2), at(1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := earlierOf(tc.cur, tc.at); !got.Equal(tc.want) {
+				t.Errorf("earlierOf(%s, %s) = %s, want %s", tc.cur, tc.at, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestRecorderFirstCallWins(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	r := NewRecorder(clk, "p", 0, 16)

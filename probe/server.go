@@ -42,6 +42,11 @@ const (
 type Config struct {
 	// Listen is the TCP address to serve on (--listen).
 	Listen string
+	// ListenDelay postpones opening the listener (--listen-delay): an app
+	// that loads its configuration for a while before it listens. Until
+	// then the port refuses connections, control endpoints included, so a
+	// readiness probe on it fails, as it would for such an app.
+	ListenDelay time.Duration
 	// PodName is reported in every response and the timeline (--pod-name).
 	PodName string
 	// Hold is how long to keep serving after SIGTERM unless released (--hold).
@@ -89,6 +94,9 @@ func (c Config) Validate() error {
 	if c.Hold < 0 {
 		errs = append(errs, fmt.Errorf("--hold (%s) must not be negative", c.Hold))
 	}
+	if c.ListenDelay < 0 {
+		errs = append(errs, fmt.Errorf("--listen-delay (%s) must not be negative", c.ListenDelay))
+	}
 	if c.MaxPeers < 0 {
 		errs = append(errs, fmt.Errorf("--max-peers (%d) must not be negative", c.MaxPeers))
 	}
@@ -98,21 +106,27 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Run listens on cfg.Listen and serves until done (see Serve).
+// Run waits cfg.ListenDelay, then listens on cfg.Listen and serves until
+// done (see Serve). Nothing listens during the delay: connections are
+// refused, the readiness probe's included.
 func Run(ctx context.Context, cfg Config, sigterm <-chan struct{}, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %q (--listen): %w", cfg.Listen, err)
-	}
-	return Serve(ctx, ln, cfg, sigterm, log)
+	return serve(ctx, func(ctx context.Context) (net.Listener, error) {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %q (--listen): %w", cfg.Listen, err)
+		}
+		return ln, nil
+	}, cfg, sigterm, log)
 }
 
 // Serve runs the probe on ln (cfg.Listen is ignored) until it is done, and
-// closes ln.
+// closes ln. ln is already open, so cfg.ListenDelay only postpones serving
+// it (the kernel still completes handshakes into its backlog); Run is what
+// refuses connections during the delay.
 //
 // When sigterm is closed (or receives) the probe stamps SIGTERM, turns
 // /healthz to 503 (unless cfg.ReadyAfterSigterm) and keeps serving until POST
@@ -120,7 +134,9 @@ func Run(ctx context.Context, cfg Config, sigterm <-chan struct{}, log *slog.Log
 // ends the hold at once. With cfg.ExitOnSigterm it closes the listener at
 // SIGTERM instead. Then it drains (in-flight requests finish, bounded by
 // cfg.ShutdownTimeout), stamps Exit and writes the timeline to
-// cfg.TerminationLog; a failure to write is logged, not returned.
+// cfg.TerminationLog; a failure to write is logged, not returned. SIGTERM
+// during the listen delay ends the probe without listening: there is nothing
+// to hold open.
 //
 // Cancelling ctx means "stop now" (a second signal): the server is closed
 // without draining, and the termination message is still written. Serve
@@ -130,6 +146,20 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, sigterm <-chan stru
 		ln.Close()
 		return err
 	}
+	opened := false
+	err := serve(ctx, func(context.Context) (net.Listener, error) {
+		opened = true
+		return ln, nil
+	}, cfg, sigterm, log)
+	if !opened {
+		ln.Close()
+	}
+	return err
+}
+
+// serve is Serve with the listener opened by listen after cfg.ListenDelay;
+// cfg is valid.
+func serve(ctx context.Context, listen func(context.Context) (net.Listener, error), cfg Config, sigterm <-chan struct{}, log *slog.Logger) error {
 	clk := cfg.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -143,6 +173,15 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, sigterm <-chan stru
 		podBody:  []byte(cfg.PodName + "\n"),
 		released: make(chan struct{}),
 	}
+	if !p.waitToListen(ctx, sigterm) {
+		return nil
+	}
+	ln, err := listen(ctx)
+	if err != nil {
+		p.finish("listen failed")
+		return err
+	}
+	opened := p.rec.ListenerOpen()
 	srv := &http.Server{
 		Handler:     p,
 		ConnContext: p.connContext,
@@ -155,7 +194,8 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, sigterm <-chan stru
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("started", "pod", cfg.PodName, "addr", ln.Addr().String(), "hold", cfg.Hold.String(),
+	log.Info("started", "pod", cfg.PodName, "addr", ln.Addr().String(), "listener_open", opened,
+		"listen_delay", cfg.ListenDelay.String(), "hold", cfg.Hold.String(),
 		"exit_on_sigterm", cfg.ExitOnSigterm, "clock_offset", cfg.ClockOffset.String())
 
 	fail := func(err error) error {
@@ -220,6 +260,29 @@ type server struct {
 
 	releaseOnce sync.Once
 	released    chan struct{}
+}
+
+// waitToListen waits out cfg.ListenDelay and reports whether to open the
+// listener: SIGTERM or a cancelled ctx during the delay ends the probe
+// without it (the termination message is written).
+func (p *server) waitToListen(ctx context.Context, sigterm <-chan struct{}) bool {
+	if p.cfg.ListenDelay <= 0 {
+		return true
+	}
+	p.log.Info("waiting to listen", "pod", p.cfg.PodName, "listen_delay", p.cfg.ListenDelay.String())
+	t := p.clk.NewTimer(p.cfg.ListenDelay)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-sigterm:
+		at, _ := p.rec.Sigterm()
+		p.log.Info("sigterm", "at", at, "listening", false)
+		p.finish("sigterm before listening")
+	case <-ctx.Done():
+		p.finish("stopped before listening")
+	}
+	return false
 }
 
 // shutdown drains srv (Shutdown closes the listener first, then waits for

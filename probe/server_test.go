@@ -62,9 +62,20 @@ func serveInProcess(t *testing.T, cfg Config) *inProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := newInProcess(t, ln.Addr().String(), &cfg)
+	cfg.MaxPeers = DefaultMaxPeers
+	cfg.Listen = "unused"
+	p.start(t, func(ctx context.Context, log *slog.Logger) error { return Serve(ctx, ln, cfg, p.sigterm, log) })
+	return p
+}
+
+// newInProcess is a probe on addr not yet started; it points cfg's pod
+// name (when unset), shutdown timeout, termination log and clock at it.
+func newInProcess(t *testing.T, addr string, cfg *Config) *inProcess {
+	t.Helper()
 	p := &inProcess{
-		addr:    ln.Addr().String(),
-		url:     "http://" + ln.Addr().String(),
+		addr:    addr,
+		url:     "http://" + addr,
 		clk:     clocktesting.NewFakeClock(t0),
 		sigterm: make(chan struct{}),
 		done:    make(chan error, 1),
@@ -78,23 +89,26 @@ func serveInProcess(t *testing.T, cfg Config) *inProcess {
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = waitTimeout
 	}
-	cfg.MaxPeers = DefaultMaxPeers
-	cfg.Listen = "unused"
 	cfg.TerminationLog = p.termLog
 	cfg.Clock = p.clk
+	return p
+}
+
+// start runs serve in the background until the test ends.
+func (p *inProcess) start(t *testing.T, serve func(ctx context.Context, log *slog.Logger) error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	log := slog.New(slog.NewJSONHandler(p.logs, nil))
-	go func() { p.done <- Serve(ctx, ln, cfg, p.sigterm, log) }()
+	go func() { p.done <- serve(ctx, log) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
 		case <-p.done:
 		case <-time.After(waitTimeout):
-			t.Errorf("Serve did not return after cancel; logs:\n%s", p.logs)
+			t.Errorf("the probe did not return after cancel; logs:\n%s", p.logs)
 		}
 	})
-	return p
 }
 
 func (p *inProcess) do(t *testing.T, method, path string) (*http.Response, string) {
@@ -400,6 +414,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative offset", func(c *Config) { c.ClockOffset = -time.Hour }, ""},
 		{"no listen", func(c *Config) { c.Listen = "" }, "--listen"},
 		{"no pod", func(c *Config) { c.PodName = "" }, "--pod-name"},
+		{"listen delay", func(c *Config) { c.ListenDelay = 3 * time.Second }, ""},
+		{"negative listen delay", func(c *Config) { c.ListenDelay = -time.Second }, "--listen-delay"},
 		{"negative hold", func(c *Config) { c.Hold = -time.Second }, "--hold"},
 		{"negative peers", func(c *Config) { c.MaxPeers = -1 }, "--max-peers"},
 		{"zero shutdown", func(c *Config) { c.ShutdownTimeout = 0 }, "--shutdown-timeout"},
@@ -415,5 +431,90 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want an error naming %s", err, tc.flag)
 			}
 		})
+	}
+}
+
+// delayedProbe is a probe served by serve on a fake clock, whose listener is
+// opened on addr only when serve asks for it (after cfg.ListenDelay).
+type delayedProbe struct {
+	*inProcess
+	opened chan struct{}
+}
+
+func serveDelayed(t *testing.T, cfg Config) *delayedProbe {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg.PodName = "pod-late"
+	p := &delayedProbe{inProcess: newInProcess(t, addr, &cfg), opened: make(chan struct{})}
+	cfg.Listen = addr
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	listen := func(context.Context) (net.Listener, error) {
+		defer close(p.opened)
+		return net.Listen("tcp", addr)
+	}
+	p.start(t, func(ctx context.Context, log *slog.Logger) error { return serve(ctx, listen, cfg, p.sigterm, log) })
+	return p
+}
+
+func TestServeListenDelay(t *testing.T) {
+	p := serveDelayed(t, Config{Hold: time.Hour, ListenDelay: 3 * time.Second})
+	waitFor(t, "the listen-delay timer", p.clk.HasWaiters)
+
+	// Not listening yet: the readiness probe's /healthz is refused like
+	// traffic, so a readiness probe keeps the pod out of the Service.
+	if _, err := net.DialTimeout("tcp", p.addr, waitTimeout); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial during the delay: %v, want connection refused", err)
+	}
+	p.clk.Step(3*time.Second - 1)
+	select {
+	case <-p.opened:
+		t.Fatal("listener opened before --listen-delay had passed")
+	default:
+	}
+	p.clk.Step(1)
+	select {
+	case <-p.opened:
+	case <-time.After(waitTimeout):
+		t.Fatal("listener not opened after --listen-delay")
+	}
+	waitFor(t, "the started log line", func() bool { return strings.Contains(p.logs.String(), `"msg":"started"`) })
+	p.expect(t, http.MethodGet, PathHealthz, 200)
+	p.clk.Step(time.Second)
+	p.expect(t, http.MethodGet, "/", 200)
+
+	tl, err := ParseTimeline([]byte(p.expect(t, http.MethodGet, PathTimeline, 200)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eqTime(t, "Started", &tl.Started, ptr(t0))
+	eqTime(t, "ListenerOpen", tl.ListenerOpen, ptr(at(3*time.Second)))
+	eqTime(t, "FirstTrafficRequest", tl.FirstTrafficRequest, ptr(at(4*time.Second)))
+}
+
+func TestServeSigtermDuringListenDelay(t *testing.T) {
+	p := serveDelayed(t, Config{Hold: time.Hour, ListenDelay: 3 * time.Second})
+	waitFor(t, "the listen-delay timer", p.clk.HasWaiters)
+	p.clk.Step(time.Second)
+	close(p.sigterm)
+	// Nothing to hold open: the probe ends without ever listening.
+	p.waitDone(t)
+	select {
+	case <-p.opened:
+		t.Error("listener opened after SIGTERM during the delay")
+	default:
+	}
+	tl := p.termination(t)
+	eqTime(t, "Sigterm", tl.Sigterm, ptr(at(time.Second)))
+	eqTime(t, "ListenerOpen", tl.ListenerOpen, nil)
+	eqTime(t, "Exit", tl.Exit, ptr(at(time.Second)))
+	if !strings.Contains(p.logs.String(), "sigterm before listening") {
+		t.Errorf("exit reason not logged:\n%s", p.logs)
 	}
 }

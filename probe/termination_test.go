@@ -20,6 +20,7 @@ func fullTimeline(t *testing.T, peers int) Timeline {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	r := NewRecorder(clk, "probe-7c9d8b6f5-x2x9q", 1500*time.Millisecond, peers)
+	r.ListenerOpen()
 	for i := 0; i < peers; i++ {
 		clk.SetTime(at(time.Duration(i) * time.Second))
 		c := r.Accept(netip.AddrFrom4([4]byte{10, 244, byte(i >> 8), byte(i)}))

@@ -20,8 +20,14 @@ type Timeline struct {
 	// ClockOffsetNS is the injected --clock-offset (fault injection), already
 	// included in every instant here.
 	ClockOffsetNS int64 `json:"clock_offset_ns,omitempty"`
-	// Started is when the probe began serving (its listener already open).
+	// Started is when the probe process began (before any --listen-delay):
+	// the container's start as the app sees it.
 	Started time.Time `json:"started"`
+	// ListenerOpen is when its traffic listener opened: Started plus
+	// --listen-delay. Before it, connections to the port (the kubelet's
+	// readiness probe included) are refused. Absent from probes older than
+	// this field, whose listener opened at Started.
+	ListenerOpen *time.Time `json:"listener_open,omitempty"`
 
 	// PrestopCalled is the first GET /prestop (the kubelet's preStop httpGet),
 	// stamped at handler entry before any ?sleep; PrestopCalls counts every
@@ -55,6 +61,9 @@ type Timeline struct {
 	// request.
 	TrafficAccepts  int64 `json:"traffic_accepts"`
 	TrafficRequests int64 `json:"traffic_requests"`
+	// FirstTrafficRequest is the earliest traffic request: when routing to
+	// this pod began, as the pod saw it.
+	FirstTrafficRequest *time.Time `json:"first_traffic_request,omitempty"`
 	// LastTrafficAccept is the accept instant of the last connection that
 	// carried a traffic request; LastTrafficRequest the last such request.
 	LastTrafficAccept  *time.Time `json:"last_traffic_accept,omitempty"`

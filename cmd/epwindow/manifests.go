@@ -49,6 +49,8 @@ func workloadFlags() []cli.Flag {
 		&cli.BoolFlag{Name: measure.FlagPreStop, Value: true, Usage: "give the probe pods the preStop httpGet /prestop hook (--prestop=false: none)", Category: "Workload"},
 		&cli.DurationFlag{Name: measure.FlagPreStopSleep, Usage: "make the preStop hook wait this long before SIGTERM (apply a recommendation)", Category: "Workload"},
 		&cli.BoolFlag{Name: measure.FlagExitOnTerm, Usage: "probes exit at once on SIGTERM: the fast-exiting app", Category: "Workload"},
+		&cli.BoolFlag{Name: measure.FlagReadiness, Value: true, Usage: "give the probe pods a readiness probe (--readiness=false: none, so a pod is Ready as soon as it starts)", Category: "Workload"},
+		&cli.DurationFlag{Name: measure.FlagListenDelay, Usage: "probes open their listener only this long after starting (an app loading its configuration)", Category: "Workload"},
 		&cli.DurationFlag{Name: measure.FlagClockOffset, Usage: "fault injection: shift every probe's clock by this much", Category: "Workload"},
 		&cli.StringFlag{Name: flagOverlay, Usage: fmt.Sprintf("manifest overlay: one of %s or %s (default: by --%s)", strings.Join(deploy.Overlays(), ", "), deploy.BaseOverlay, measure.FlagIngressClass), Category: "Workload"},
 		&cli.StringSliceFlag{Name: flagLabel, Usage: "extra label KEY=VALUE on every object (repeatable)", Category: "Workload"},
@@ -75,6 +77,8 @@ func workloadParams(c *cli.Context, namespace, name string) (deploy.Params, erro
 		PreStopSleep:  c.Duration(measure.FlagPreStopSleep),
 		ExitOnSigterm: c.Bool(measure.FlagExitOnTerm),
 		ClockOffset:   c.Duration(measure.FlagClockOffset),
+		ListenDelay:   c.Duration(measure.FlagListenDelay),
+		NoReadiness:   !c.Bool(measure.FlagReadiness),
 		Overlay:       c.String(flagOverlay),
 	}
 	if p.GraceMargin == 0 {

@@ -65,6 +65,11 @@ func TestManifestsEqualsRender(t *testing.T) {
 			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas, IngressClass: "alb", Host: defaultHost,
 			Image: deploy.DefaultImage, Hold: defaultHold, GraceMargin: defaultGraceMargin, ExitOnSigterm: true,
 		}},
+		{"startup race", []string{"--readiness=false", "--listen-delay", "3s"}, deploy.Params{
+			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas, Host: defaultHost,
+			Image: deploy.DefaultImage, Hold: defaultHold, GraceMargin: defaultGraceMargin, PreStop: true,
+			NoReadiness: true, ListenDelay: 3 * time.Second,
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,6 +113,7 @@ func TestManifestsBadInput(t *testing.T) {
 		{[]string{"--label", "novalue"}, "--label"},
 		{[]string{"--rbac", "admin"}, "--rbac"},
 		{[]string{"--image", ""}, "--image"},
+		{[]string{"--listen-delay", "-1s"}, "--listen-delay"},
 		{[]string{"extra"}, "no arguments"},
 	}
 	for _, tt := range tests {

@@ -129,6 +129,8 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		PreStopSleep:        wp.PreStopSleep,
 		ExitOnSigterm:       wp.ExitOnSigterm,
 		ProbeClockOffset:    wp.ClockOffset,
+		ProbeListenDelay:    wp.ListenDelay,
+		NoReadiness:         wp.NoReadiness,
 		Overlay:             wp.Overlay,
 		Labels:              wp.Labels,
 		StopOnBlindObserver: c.Bool(measure.FlagStopOnBlind),

@@ -37,7 +37,7 @@ func TestMeasureConfigFromFlags(t *testing.T) {
 		"--drain", "3s", "--ingress-class", "nginx", "--host", "probe.example.com", "--observer", "none",
 		"--observer-interval", "250ms", "--rate", "80", "--keepalive", "--load-method", "POST", "--load-timeout", "2s",
 		"--load-max-conns", "64", "--image", "registry.example.com/epwindow:v1", "--prestop-sleep", "5s",
-		"--exit-on-sigterm", "--keep", "--stop-on-blind-observer", "-n", "team-a")
+		"--exit-on-sigterm", "--keep", "--stop-on-blind-observer", "-n", "team-a", "--readiness=false", "--listen-delay", "3s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +57,7 @@ func TestMeasureConfigFromFlags(t *testing.T) {
 		{"PreStopSleep", cfg.PreStopSleep, 5 * time.Second}, {"ExitOnSigterm", cfg.ExitOnSigterm, true},
 		{"Keep", cfg.Keep, true}, {"StopOnBlindObserver", cfg.StopOnBlindObserver, true}, {"Namespace", cfg.Namespace, "team-a"},
 		{"URL", cfg.URL.String(), "http://127.0.0.1:9090"},
+		{"NoReadiness", cfg.NoReadiness, true}, {"ProbeListenDelay", cfg.ProbeListenDelay, 3 * time.Second},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

@@ -16,6 +16,7 @@ import (
 // Probe flag names.
 const (
 	flagListen            = "listen"
+	flagListenDelay       = "listen-delay"
 	flagPodName           = "pod-name"
 	flagHold              = "hold"
 	flagExitOnSigterm     = "exit-on-sigterm"
@@ -60,7 +61,11 @@ until --hold has passed, then drains in-flight requests (up to
 --termination-log and exits 0; a termination log it cannot write is logged,
 never fatal. A second signal stops it at once (the record is still written).
 --exit-on-sigterm instead closes the listener at SIGTERM: the fast-exiting app
-that causes 502s during rollouts. --clock-offset is fault injection: it shifts
+that causes 502s during rollouts. --listen-delay opens the listener only
+after a while, like an app that loads its configuration first: until then
+the port refuses connections, /healthz included, so a readiness probe keeps
+the pod out of the Service and, without one, the pod is routed to before it
+listens. --clock-offset is fault injection: it shifts
 every instant the probe reports, to test skew correction.
 
 It writes nothing but the termination log, so it runs as non-root with a
@@ -68,6 +73,7 @@ read-only root filesystem. Logs are JSON lines on stderr, one per state change
 (started, prestop, sigterm, released, hold expired, exit).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagListen, Value: probe.DefaultListen, Usage: "TCP address to serve on"},
+			&cli.DurationFlag{Name: flagListenDelay, Usage: "open the listener only after this long (an app loading its configuration); until then connections and readiness probes are refused"},
 			&cli.StringFlag{Name: flagPodName, EnvVars: []string{"POD_NAME"}, Usage: "name reported in responses and the record (default: the host name)"},
 			&cli.DurationFlag{Name: flagHold, Value: probe.DefaultHold, Usage: "how long to keep serving after SIGTERM unless released by POST /release"},
 			&cli.BoolFlag{Name: flagExitOnSigterm, Usage: "close the listener at SIGTERM and exit without holding (the incident's app)"},
@@ -85,6 +91,7 @@ read-only root filesystem. Logs are JSON lines on stderr, one per state change
 func probeConfig(c *cli.Context) (probe.Config, error) {
 	cfg := probe.Config{
 		Listen:            c.String(flagListen),
+		ListenDelay:       c.Duration(flagListenDelay),
 		PodName:           c.String(flagPodName),
 		Hold:              c.Duration(flagHold),
 		ExitOnSigterm:     c.Bool(flagExitOnSigterm),

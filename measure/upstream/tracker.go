@@ -69,12 +69,46 @@ func (r Removal) Invalid() string {
 	return ""
 }
 
+// Appearance is one observer replica's account of an address's arrival in
+// its list: the startup side's upstream_present.
+type Appearance struct {
+	Observer   string
+	Replica    string
+	Resolution time.Duration
+	// LastAbsent is the last readable poll before FirstPresent, which did
+	// not list the address; zero when the replica's first reading already
+	// listed it (the arrival is then not bracketed: see Bounded).
+	LastAbsent Reading
+	// FirstPresent is the first poll that listed the address
+	// (upstream_present).
+	FirstPresent Reading
+}
+
+// Key is the stage key, "observer/replica".
+func (a Appearance) Key() string { return a.Observer + "/" + a.Replica }
+
+// Bounded tells whether a readable poll before the first listing did not
+// list the address, so that the arrival lies in Bracket.
+func (a Appearance) Bounded() bool { return !a.LastAbsent.IsZero() }
+
+// Bracket is the interval the arrival lies in: after the last absent poll
+// was sent (the controller read its state at or after that) and no later
+// than the first present poll's answer arrived. Unreadable polls in between
+// widen it, which is why it spans from the last readable one.
+func (a Appearance) Bracket() (after, notAfter time.Time) {
+	return a.LastAbsent.Sent, a.FirstPresent.At
+}
+
 // presence is the state of one address in one replica's list.
 type presence struct {
-	lastPresent Reading
-	removed     Reading
-	blind       int
-	lastErr     error
+	// firstPresent and lastAbsent are set once, at the address's first
+	// listing by the replica, and survive later re-listings.
+	firstPresent Reading
+	lastAbsent   Reading
+	lastPresent  Reading
+	removed      Reading
+	blind        int
+	lastErr      error
 }
 
 type replicaAddr struct {
@@ -95,6 +129,9 @@ type Tracker struct {
 	mu       sync.Mutex
 	state    map[replicaAddr]*presence
 	replicas map[string]bool // every replica ever seen
+	// lastRead is each replica's latest readable poll: the last absent
+	// reading of an address the next poll lists for the first time.
+	lastRead map[string]Reading
 	latest   Snapshot
 	pollErr  error // the latest poll's observer-wide error
 	polls    int
@@ -119,6 +156,7 @@ func NewTracker(obs Observer, clk clock.WithTicker, timeout time.Duration) *Trac
 		obs: obs, clock: clk, interval: iv, timeout: timeout,
 		state:    map[replicaAddr]*presence{},
 		replicas: map[string]bool{},
+		lastRead: map[string]Reading{},
 		updated:  make(chan struct{}),
 	}
 }
@@ -183,16 +221,17 @@ func (t *Tracker) Add(snap Snapshot, err error) {
 			k := replicaAddr{r.Replica, a}
 			p := t.state[k]
 			if p == nil {
-				p = &presence{}
+				p = &presence{firstPresent: rd, lastAbsent: t.lastRead[r.Replica]}
 				t.state[k] = p
 			}
-			*p = presence{lastPresent: rd}
+			*p = presence{firstPresent: p.firstPresent, lastAbsent: p.lastAbsent, lastPresent: rd}
 		}
 		for k, p := range t.state {
 			if k.replica == r.Replica && !listed[k.addr] && p.removed.IsZero() {
 				p.removed = rd
 			}
 		}
+		t.lastRead[r.Replica] = rd
 	}
 	// A replica missing from this poll (its pod gone, or the observer blind)
 	// was not read: blind, not removed.
@@ -263,6 +302,38 @@ func (t *Tracker) Removals(addr netip.AddrPort) []Removal {
 		out = append(out, *r)
 	}
 	slices.SortFunc(out, func(a, b Removal) int { return strings.Compare(a.Replica, b.Replica) })
+	return out
+}
+
+// Appearances gives, per replica that lists addr, its first listing and
+// the readable poll before it, sorted by replica. A replica that never
+// listed the address is not in the result.
+func (t *Tracker) Appearances(addr netip.AddrPort) []Appearance {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	byRep := map[string]*Appearance{}
+	for k, p := range t.state {
+		if !matches(addr, k.addr) {
+			continue
+		}
+		a := byRep[k.replica]
+		if a == nil {
+			a = &Appearance{Observer: t.obs.Name(), Replica: k.replica, Resolution: t.interval,
+				LastAbsent: p.lastAbsent, FirstPresent: p.firstPresent}
+			byRep[k.replica] = a
+			continue
+		}
+		// Several listed entries can match (port 0): the address is routed
+		// from the first one listed.
+		if p.firstPresent.At.Before(a.FirstPresent.At) {
+			a.LastAbsent, a.FirstPresent = p.lastAbsent, p.firstPresent
+		}
+	}
+	out := make([]Appearance, 0, len(byRep))
+	for _, a := range byRep {
+		out = append(out, *a)
+	}
+	slices.SortFunc(out, func(a, b Appearance) int { return strings.Compare(a.Replica, b.Replica) })
 	return out
 }
 

@@ -156,6 +156,95 @@ func TestTrackerRemovals(t *testing.T) {
 	}
 }
 
+func TestTrackerAppearances(t *testing.T) {
+	late := netip.MustParseAddrPort("10.244.0.9:8080")
+	old := aps("10.244.0.6:8080")
+	both := aps("10.244.0.6:8080", "10.244.0.9:8080")
+	blind := errors.New("connection refused")
+	type want struct {
+		replica     string
+		absent      int // poll number; -1 = none (not bounded)
+		firstListed int
+	}
+	for _, tc := range []struct {
+		name  string
+		polls []map[string]any
+		query netip.AddrPort
+		want  []want
+	}{
+		{
+			name:  "listed from the third poll",
+			polls: []map[string]any{{"a": old}, {"a": old}, {"a": both}, {"a": both}},
+			query: late,
+			want:  []want{{"a", 1, 2}},
+		},
+		{
+			name:  "two replicas list it at different polls",
+			polls: []map[string]any{{"a": old, "b": old}, {"a": both, "b": old}, {"a": both, "b": both}},
+			query: late,
+			want:  []want{{"a", 0, 1}, {"b", 1, 2}},
+		},
+		{
+			name:  "unreadable polls widen the bracket back to the last readable one",
+			polls: []map[string]any{{"a": old}, {"a": blind}, {"a": blind}, {"a": both}},
+			query: late,
+			want:  []want{{"a", 0, 3}},
+		},
+		{
+			name:  "listed at the replica's first reading: not bounded",
+			polls: []map[string]any{{"a": both}, {"a": both}},
+			query: late,
+			want:  []want{{"a", -1, 0}},
+		},
+		{
+			name:  "a re-listing after a removal keeps the first arrival",
+			polls: []map[string]any{{"a": old}, {"a": both}, {"a": old}, {"a": both}},
+			query: late,
+			want:  []want{{"a", 0, 1}},
+		},
+		{
+			name:  "never listed",
+			polls: []map[string]any{{"a": old}},
+			query: late,
+			want:  nil,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTracker(stubObserver{}, nil, 0)
+			for i, p := range tc.polls {
+				tr.Add(snap(i, p), nil)
+			}
+			got := tr.Appearances(tc.query)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d appearances %+v, want %d", len(got), got, len(tc.want))
+			}
+			for i, w := range tc.want {
+				g := got[i]
+				if g.Replica != w.replica || g.Key() != "stub/"+w.replica || g.Resolution != time.Second {
+					t.Errorf("replica %q key %q resolution %s, want %q, 1s", g.Replica, g.Key(), g.Resolution, w.replica)
+				}
+				fs, fa := at(w.firstListed)
+				if g.FirstPresent != (Reading{fs, fa}) {
+					t.Errorf("%s: first present %v, want poll %d", w.replica, g.FirstPresent, w.firstListed)
+				}
+				if w.absent < 0 {
+					if g.Bounded() {
+						t.Errorf("%s: bounded by %v, want not bounded", w.replica, g.LastAbsent)
+					}
+					continue
+				}
+				as, aa := at(w.absent)
+				if !g.Bounded() || g.LastAbsent != (Reading{as, aa}) {
+					t.Errorf("%s: last absent %v, want poll %d", w.replica, g.LastAbsent, w.absent)
+				}
+				if from, to := g.Bracket(); from != as || to != fa {
+					t.Errorf("%s: bracket %v..%v, want %v..%v", w.replica, from, to, as, fa)
+				}
+			}
+		})
+	}
+}
+
 func TestTrackerObserverWideErrorIsBlind(t *testing.T) {
 	tr := NewTracker(stubObserver{}, nil, 0)
 	tr.Add(snap(0, map[string]any{"a": aps("10.244.0.5:8080")}), nil)
