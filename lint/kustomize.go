@@ -75,6 +75,20 @@ func Kustomize(dir string) ([]*Object, error) {
 		return nil, &InputError{File: dir, Err: fmt.Errorf("kustomize build: %w", err)}
 	}
 	sources := map[string][]*Object{} // file → its objects, parsed once
+	load := func(src string) []*Object {
+		if _, ok := sources[src]; !ok {
+			if f, err := os.Open(src); err == nil {
+				sources[src], _ = ParseYAML(src, f)
+				f.Close()
+			}
+		}
+		return sources[src]
+	}
+	// A patch that replaces metadata.annotations drops the origin too:
+	// those objects are looked up, by their original name, in every
+	// resource file the kustomizations list.
+	var fallback []string
+	listed := false
 	var out []*Object
 	for _, r := range m.Resources() {
 		origin, _ := r.GetOrigin()
@@ -93,14 +107,21 @@ func Kustomize(dir string) ([]*Object, error) {
 			o.Node = nil // lines of build output mean nothing to a reader
 			if origin != nil && origin.Repo == "" && origin.Path != "" {
 				src := filepath.Join(dir, origin.Path)
-				if _, ok := sources[src]; !ok {
-					if f, err := os.Open(src); err == nil {
-						sources[src], _ = ParseYAML(src, f)
-						f.Close()
-					}
-				}
-				if n := sourceNode(sources[src], o); n != nil {
+				if n := sourceNode(load(src), o); n != nil {
 					o.File, o.Node = src, n
+				}
+			}
+			if o.Node == nil {
+				if !listed {
+					fallback, listed = resourceFiles(dir, map[string]bool{}), true
+				}
+				orig := *o
+				orig.Name = r.OrgId().Name
+				for _, src := range fallback {
+					if n := sourceNode(load(src), &orig); n != nil {
+						o.File, o.Node = src, n
+						break
+					}
 				}
 			}
 			out = append(out, o)
@@ -141,4 +162,33 @@ func sourceNode(src []*Object, o *Object) *yaml.Node {
 		return sameKind[0].Node
 	}
 	return nil
+}
+
+// resourceFiles lists the files a kustomization's resources name, through
+// its bases, depth first.
+func resourceFiles(dir string, seen map[string]bool) []string {
+	if seen[dir] {
+		return nil
+	}
+	seen[dir] = true
+	var k struct {
+		Resources []string `yaml:"resources"`
+		Bases     []string `yaml:"bases"`
+	}
+	for _, n := range kustomizationNames {
+		if data, err := os.ReadFile(filepath.Join(dir, n)); err == nil {
+			_ = yaml.Unmarshal(data, &k)
+			break
+		}
+	}
+	var out []string
+	for _, r := range append(k.Resources, k.Bases...) {
+		p := filepath.Join(dir, r)
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			out = append(out, resourceFiles(p, seen)...)
+		} else if err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }

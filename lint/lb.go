@@ -114,7 +114,7 @@ func (ck *checker) loadBalancers(objs []*Object, svcs map[*Object]*corev1.Servic
 		}
 		if from == "" || cover == 0 {
 			cover = time.Duration(ck.o.Target.PreStopSeconds()) * time.Second
-			from = fmt.Sprintf("the preStop of %s", ck.o.Target.From)
+			from = fmt.Sprintf("the preStop the number asks for (%s)", ck.o.Target.From)
 		}
 		if tg.delay >= cover {
 			ck.add(tg.obj, RuleDeregistration, tg.delayAt, "deregistration delay %s (%s) is not below %s, %s",

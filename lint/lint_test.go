@@ -264,6 +264,7 @@ func TestKustomize(t *testing.T) {
 	want := []string{
 		base + ":12:7 EPW005 Deployment prod/prod-web",
 		base + ":14:9 EPW001 Deployment prod/prod-web",
+		filepath.Join("testdata", "kustomize", "base", "ingress.yaml") + ":3:1 EPW009 Ingress prod/prod-web",
 	}
 	if !slices.Equal(g, want) {
 		t.Errorf("got %q\nwant %q", g, want)
