@@ -9,6 +9,8 @@
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# The tests' local-cluster launcher is a module of its own (a replace in go.mod).
+COPY internal/localcluster/go.mod internal/localcluster/go.sum ./internal/localcluster/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

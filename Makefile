@@ -32,8 +32,8 @@ image:
 K8S_VERSION   := v1.37.2
 LOCAL_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
-LOCAL_SRC     := $(shell find deploy/local -name '*.go' -not -name '*_test.go' -not -path 'deploy/local/e2e/*' 2>/dev/null) \
-	deploy/local/go.mod deploy/local/go.sum
+LOCAL_SRC     := $(shell find deploy/local internal/localcluster/flock -name '*.go' -not -name '*_test.go' -not -path 'deploy/local/e2e/*' 2>/dev/null) \
+	deploy/local/go.mod deploy/local/go.sum internal/localcluster/go.mod
 # The deploy/local packages `make test` runs (the others import
 # k8s.io/kubernetes, which -race would rebuild from scratch).
 LOCAL_TEST_PKGS := ./nodeagent/... ./skipper/... ./e2e/...
@@ -62,6 +62,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	cd internal/localcluster && $(GO) vet ./...
 
 # Unit tests need nothing but Go. The e2e packages (*/e2e/*) run against the
 # real local cluster, one package at a time: clusters share the pod network.
@@ -69,6 +70,7 @@ UNIT := $$($(GO) list ./... | grep -v /e2e)
 E2E  := $$($(GO) list ./... | grep /e2e)
 test: fmt-check vet build cluster
 	$(GO) test -race -count=1 -timeout 20m $(UNIT)
+	cd internal/localcluster && $(GO) test -race -count=1 ./...
 	$(GO) test -race -p 1 -count=1 -timeout 40m $(E2E)
 	cd deploy/local && $(GO) vet $(LOCAL_TEST_PKGS) && $(GO) test -race -p 1 -count=1 -timeout 30m $(LOCAL_TEST_PKGS)
 

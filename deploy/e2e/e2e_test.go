@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/epwindow/epwindow/deploy"
-	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
 )
 
@@ -30,7 +29,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	e2etest.Main(m, "deploy/e2e", localcluster.Options{}, func(c *localcluster.Cluster) error {
+	localcluster.Main(m, "deploy/e2e", localcluster.Options{}, func(c *localcluster.Cluster) error {
 		cluster = c
 		var err error
 		if admin, err = kubernetes.NewForConfig(c.Config); err != nil {

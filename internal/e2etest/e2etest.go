@@ -1,13 +1,12 @@
 // Package e2etest is the scaffolding shared by the test packages that
-// measure on the local cluster: one cluster per package (started in
-// TestMain), the epwindow binary, a quick valid measure.Config and a sink
-// that keeps a run's records.
+// measure on the local cluster (started once per package by
+// localcluster.Main): the epwindow binary, a quick valid measure.Config and
+// a sink that keeps a run's records.
 package e2etest
 
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -31,47 +30,18 @@ import (
 // (deploy/local/skipper: -kubernetes-ingress-class=^skipper$).
 const IngressClass = "skipper"
 
-// Main is a package's TestMain: it starts the local cluster with o (waiting
-// up to 10 minutes, another package's cluster included), hands it to setup,
-// runs the tests, stops the cluster and exits. pkg names the package in
-// errors.
-func Main(m *testing.M, pkg string, o localcluster.Options, setup func(*localcluster.Cluster) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	c, err := localcluster.Start(ctx, o)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s needs the local cluster: %v\n", pkg, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		if setup != nil {
-			if err := setup(c); err != nil {
-				fmt.Fprintf(os.Stderr, "%s: %v\n", pkg, err)
-				return 1
-			}
-		}
-		return m.Run()
-	}()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop the local cluster:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
 // Bin is bin/epwindow as make build leaves it, beside bin/epwindow-local
 // (whose node agent runs the probe pods from the same directory).
 func Bin(t testing.TB) string {
 	t.Helper()
-	local, err := localcluster.Binary()
+	if err := localcluster.RequireBinaries("epwindow"); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := localcluster.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(filepath.Dir(local), "epwindow")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s missing: run make build", bin)
-	}
-	return bin
+	return filepath.Join(dir, "epwindow")
 }
 
 // Config is a quick, valid measure run on c through Skipper, as client:

@@ -12,27 +12,55 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/epwindow/epwindow/internal/localcluster/flock"
 )
 
-// Options choose the cluster's shape; the zero value is 2 nodes, no batch
-// period, Skipper polling every 3 s, in a fresh temporary directory.
+// Options are `epwindow-local up`'s flags and how long to wait for it; the
+// zero value is 2 nodes, no batch period, Skipper polling every 3 s, in a
+// fresh temporary directory.
 type Options struct {
-	// Nodes is the node count (0 = 2).
+	// Nodes is --nodes (0 = 2).
 	Nodes int
 	// BatchPeriod is the EndpointSlice controller's
-	// --endpointslice-updates-batch-period.
+	// --endpointslice-updates-batch-period (--batch-period).
 	BatchPeriod time.Duration
-	// IngressPoll is Skipper's poll interval (0 = 3s).
+	// IngressPoll is Skipper's poll interval, --ingress-poll (0 = 3s).
 	IngressPoll time.Duration
-	// Dir holds the cluster's kubeconfigs and logs; empty = a new
-	// temporary directory, removed by Stop unless the cluster failed.
+	// Dir is --dir: the cluster's kubeconfigs, state and logs; empty = a
+	// new temporary directory, removed by Stop unless the cluster failed.
 	Dir string
 	// Timeout bounds the wait for READY (0 = 2 minutes).
 	Timeout time.Duration
+}
+
+// args is up's command line for o (defaults applied).
+func (o Options) args(dir string) []string {
+	return []string{"up",
+		"--dir", dir,
+		"--nodes", strconv.Itoa(o.Nodes),
+		"--batch-period", o.BatchPeriod.String(),
+		"--ingress-poll", o.IngressPoll.String(),
+	}
+}
+
+func (o Options) withDefaults() Options {
+	if o.Nodes == 0 {
+		o.Nodes = 2
+	}
+	if o.IngressPoll == 0 {
+		o.IngressPoll = 3 * time.Second
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	return o
 }
 
 // Cluster is a running local cluster.
@@ -43,68 +71,38 @@ type Cluster struct {
 	Kubeconfig string
 	// RestrictedKubeconfig is a kubeconfig for a user with no RBAC bindings.
 	RestrictedKubeconfig string
-	// Config is the admin client configuration, loaded from Kubeconfig.
+	// Config is the admin client configuration, loaded from Kubeconfig
+	// (client-go's default QPS and burst).
 	Config *rest.Config
+	// Client is an admin client with room for a test's bursts (QPS 100,
+	// burst 200).
+	Client kubernetes.Interface
 	// IngressURL is Skipper's proxy listener, http://127.0.0.1:PORT.
 	IngressURL string
 	// RoutesURL is Skipper's route table, http://127.0.0.1:PORT/routes.
 	RoutesURL string
 	// StartupTime is from starting the binary to its READY line.
 	StartupTime time.Duration
+	// PID is epwindow-local's process: etcd, the API server, the
+	// controllers, the scheduler and the node agent (Skipper and the pods'
+	// processes are processes of their own).
+	PID int
 
 	cmd     *exec.Cmd
 	done    chan struct{}
 	waitErr error
-	tmpDir  bool
+	ownDir  bool
 	lock    *os.File
 }
 
 // LockFile serialises local clusters on this machine: they share the pod
 // network (10.244.0.0/16, one bridge), so test packages that run in parallel
-// take turns. Start holds it until Stop.
+// take turns. Start holds it until Stop or Release.
 const LockFile = "/run/epwindow-local-tests.lock"
 
-// acquireLock blocks until this process holds LockFile or ctx ends.
-func acquireLock(ctx context.Context) (*os.File, error) {
-	f, err := os.OpenFile(LockFile, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open %s (the local cluster needs root): %w", LockFile, err)
-	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", LockFile, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for another test package's local cluster to stop (%s): %w", LockFile, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// Binary returns the path of bin/epwindow-local in the repository that
-// holds the working directory, or an error that says how to build it.
-func Binary() (string, error) {
-	root, err := repoRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(root, "bin", "epwindow-local")
-	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("%s missing: run make cluster", bin)
-	}
-	return bin, nil
-}
-
-// repoRoot walks up from the working directory to the directory whose
-// go.mod declares the main module.
-func repoRoot() (string, error) {
+// RepoRoot walks up from the working directory to the directory whose
+// go.mod declares the tool's module (github.com/epwindow/epwindow).
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -122,17 +120,63 @@ func repoRoot() (string, error) {
 	}
 }
 
+// BinDir is the repository's bin/, where `make cluster` and `make build`
+// put epwindow-local, skipper and epwindow.
+func BinDir() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin"), nil
+}
+
+// RequireBinaries fails, saying how to build them, if any of the named
+// binaries is missing from BinDir.
+func RequireBinaries(names ...string) error {
+	bin, err := BinDir()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(bin, n)); err != nil {
+			how := "make cluster"
+			if n == "epwindow" {
+				how = "make build"
+			}
+			return fmt.Errorf("%s missing: run %s", filepath.Join(bin, n), how)
+		}
+	}
+	return nil
+}
+
+// Binary returns the path of bin/epwindow-local, or an error that says how
+// to build it.
+func Binary() (string, error) {
+	if err := RequireBinaries("epwindow-local"); err != nil {
+		return "", err
+	}
+	bin, err := BinDir()
+	return filepath.Join(bin, "epwindow-local"), err
+}
+
 // Start runs `bin/epwindow-local up` and waits for its READY line. The
 // cluster needs root (network namespaces). Only one local cluster runs at a
 // time: Start first waits (bounded by ctx) for another package's cluster to
 // stop. On failure it returns the tail of the cluster's log in the error.
 func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
+	if err := RequireBinaries("epwindow-local", "skipper"); err != nil {
+		return nil, err
+	}
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
 	}
-	lock, err := acquireLock(ctx)
+	o = o.withDefaults()
+	lock, err := flock.Acquire(ctx, LockFile, nil)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for another test package's local cluster to stop (%s): %w", LockFile, err)
+		}
 		return nil, err
 	}
 	defer func() {
@@ -140,29 +184,14 @@ func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 			lock.Close()
 		}
 	}()
-	if o.Nodes == 0 {
-		o.Nodes = 2
-	}
-	if o.IngressPoll == 0 {
-		o.IngressPoll = 3 * time.Second
-	}
-	if o.Timeout == 0 {
-		o.Timeout = 2 * time.Minute
-	}
 	c := &Cluster{Dir: o.Dir, done: make(chan struct{}), lock: lock}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "epwindow-local-"); err != nil {
 			return nil, err
 		}
-		c.tmpDir = true
+		c.ownDir = true
 	}
-	args := []string{"up",
-		"--dir", c.Dir,
-		"--nodes", strconv.Itoa(o.Nodes),
-		"--batch-period", o.BatchPeriod.String(),
-		"--ingress-poll", o.IngressPoll.String(),
-	}
-	c.cmd = exec.Command(bin, args...)
+	c.cmd = exec.Command(bin, o.args(c.Dir)...)
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -180,6 +209,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
+	c.PID = c.cmd.Process.Pid
 	go func() {
 		c.waitErr = c.cmd.Wait()
 		close(c.done)
@@ -206,10 +236,10 @@ func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 			return nil, err
 		}
 	case <-c.done:
-		return nil, fmt.Errorf("epwindow-local up exited before READY: %v\n%s", c.waitErr, c.logTail())
+		return nil, fmt.Errorf("epwindow-local up exited before READY: %v\n%s", c.waitErr, c.LogTail())
 	case <-timer.C:
 		c.Stop()
-		return nil, fmt.Errorf("epwindow-local up not READY after %s\n%s", o.Timeout, c.logTail())
+		return nil, fmt.Errorf("epwindow-local up not READY after %s\n%s", o.Timeout, c.LogTail())
 	case <-ctx.Done():
 		c.Stop()
 		return nil, ctx.Err()
@@ -218,6 +248,12 @@ func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
 		c.Stop()
 		return nil, fmt.Errorf("load %s: %w", c.Kubeconfig, err)
+	}
+	cc := rest.CopyConfig(c.Config)
+	cc.QPS, cc.Burst = 100, 200
+	if c.Client, err = kubernetes.NewForConfig(cc); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("client for %s: %w", c.Kubeconfig, err)
 	}
 	return c, nil
 }
@@ -241,8 +277,8 @@ func (c *Cluster) parseReady(line string) error {
 	return nil
 }
 
-// logTail is the end of up's stderr and of its own log, for error messages.
-func (c *Cluster) logTail() string {
+// LogTail is the end of up's stderr and of its own log, for error messages.
+func (c *Cluster) LogTail() string {
 	var b strings.Builder
 	for _, name := range []string{"up.stderr", "epwindow-local.log"} {
 		data, err := os.ReadFile(filepath.Join(c.Dir, name))
@@ -261,18 +297,36 @@ func (c *Cluster) logTail() string {
 // wants to fail fast when the cluster dies under it).
 func (c *Cluster) Done() <-chan struct{} { return c.done }
 
-// Stop sends SIGTERM and waits for the teardown (SIGKILL after 90 s). It
-// returns the process's exit error; a temporary Dir is removed after a
-// clean exit.
+// Kill SIGKILLs epwindow-local (a crash: no teardown runs) and waits for
+// it. The machine lock stays held until Release.
+func (c *Cluster) Kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
+// Release lets another package's cluster start. Stop calls it; a test
+// that checks what a teardown left calls Shutdown, checks, then Release.
+func (c *Cluster) Release() { c.lock.Close() }
+
+// Stop is Shutdown, then Release.
 func (c *Cluster) Stop() error {
-	defer c.lock.Close() // releases LockFile
+	defer c.Release()
+	return c.Shutdown()
+}
+
+// Shutdown sends SIGTERM and waits for the teardown (SIGKILL after 90 s),
+// keeping the machine lock. It returns the process's exit error; a
+// temporary Dir is removed after a clean exit.
+func (c *Cluster) Shutdown() error {
 	select {
 	case <-c.done:
 	default:
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		t := time.NewTimer(90 * time.Second)
+		defer t.Stop()
 		select {
 		case <-c.done:
-		case <-time.After(90 * time.Second):
+		case <-t.C:
 			_ = c.cmd.Process.Kill()
 			<-c.done
 			return fmt.Errorf("epwindow-local did not stop within 90s after SIGTERM; killed (logs in %s)", c.Dir)
@@ -281,8 +335,58 @@ func (c *Cluster) Stop() error {
 	if c.waitErr != nil {
 		return fmt.Errorf("epwindow-local exited with %v (logs in %s)", c.waitErr, c.Dir)
 	}
-	if c.tmpDir {
-		_ = os.RemoveAll(c.Dir)
+	if c.ownDir {
+		return os.RemoveAll(c.Dir)
 	}
 	return nil
+}
+
+// ReadyAfter is up's own startup time, from taking the machine lock to
+// READY, as it logs it in DIR/epwindow-local.log ("msg=ready after=…");
+// unlike StartupTime it excludes waiting for another run to stop.
+func (c *Cluster) ReadyAfter() (time.Duration, error) {
+	path := filepath.Join(c.Dir, "epwindow-local.log")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, " msg=ready ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "after="); ok {
+				return time.ParseDuration(v)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no ready line in %s", path)
+}
+
+// Main is a package's TestMain: it starts the local cluster with o
+// (waiting up to 10 minutes, another package's cluster included), hands it
+// to setup (nil: none), runs the tests, stops the cluster and exits. pkg
+// names the package in errors.
+func Main(m *testing.M, pkg string, o Options, setup func(*Cluster) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	c, err := Start(ctx, o)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s needs the local cluster: %v\n", pkg, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		if setup != nil {
+			if err := setup(c); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", pkg, err)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop the local cluster:", err)
+		code = 1
+	}
+	os.Exit(code)
 }

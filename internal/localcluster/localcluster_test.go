@@ -1,8 +1,10 @@
 package localcluster
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseReady(t *testing.T) {
@@ -32,12 +34,34 @@ func TestParseReady(t *testing.T) {
 	}
 }
 
+func TestArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		o    Options
+		want []string
+	}{
+		{"defaults", Options{}, []string{"up", "--dir", "/d", "--nodes", "2", "--batch-period", "0s", "--ingress-poll", "3s"}},
+		{"set", Options{Nodes: 1, BatchPeriod: 750 * time.Millisecond, IngressPoll: time.Second},
+			[]string{"up", "--dir", "/d", "--nodes", "1", "--batch-period", "750ms", "--ingress-poll", "1s"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.o.withDefaults().args("/d"); !slices.Equal(got, tt.want) {
+				t.Errorf("args = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestBinaryNamesTheFix(t *testing.T) {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
-		t.Fatalf("repoRoot: %v", err)
+		t.Fatalf("RepoRoot: %v", err)
 	}
 	if _, err := Binary(); err != nil && !strings.Contains(err.Error(), "run make cluster") {
 		t.Errorf("Binary() error %q does not say how to build it (root %s)", err, root)
+	}
+	if err := RequireBinaries("no-such-binary-epwindow"); err == nil || !strings.Contains(err.Error(), "run make cluster") {
+		t.Errorf("RequireBinaries(missing) = %v, want an error naming make cluster", err)
 	}
 }

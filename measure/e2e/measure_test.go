@@ -19,7 +19,7 @@ import (
 var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) {
-	e2etest.Main(m, "measure/e2e", localcluster.Options{IngressPoll: time.Second}, func(c *localcluster.Cluster) error {
+	localcluster.Main(m, "measure/e2e", localcluster.Options{IngressPoll: time.Second}, func(c *localcluster.Cluster) error {
 		cluster = c
 		return nil
 	})

@@ -35,7 +35,7 @@ const ingressClass = e2etest.IngressClass
 const testNamespacePrefix = "faults-"
 
 func TestMain(m *testing.M) {
-	e2etest.Main(m, "measure/e2e/faults", localcluster.Options{IngressPoll: time.Second}, func(c *localcluster.Cluster) error {
+	localcluster.Main(m, "measure/e2e/faults", localcluster.Options{IngressPoll: time.Second}, func(c *localcluster.Cluster) error {
 		cluster = c
 		var err error
 		admin, err = kubernetes.NewForConfig(c.Config)

@@ -3,9 +3,6 @@ package faults
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,42 +12,6 @@ import (
 	"github.com/epwindow/epwindow/measure"
 	"github.com/epwindow/epwindow/results"
 )
-
-// controlPlanePID finds the `epwindow-local up --dir DIR` process of the
-// package's cluster in /proc (localcluster does not expose it). It hosts
-// etcd, the API server, the controllers, the scheduler and the node agent;
-// Skipper and the pods' processes are processes of their own.
-func controlPlanePID(t *testing.T) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if len(args) < 2 || filepath.Base(args[0]) != "epwindow-local" || args[1] != "up" {
-			continue
-		}
-		for i, a := range args {
-			if a == "--dir="+cluster.Dir || a == "--dir" && i+1 < len(args) && args[i+1] == cluster.Dir {
-				found = append(found, pid)
-			}
-		}
-	}
-	if len(found) != 1 {
-		t.Fatalf("want one `epwindow-local up --dir %s` process, found %v", cluster.Dir, found)
-	}
-	return found[0]
-}
 
 // freezeFor stops pid (SIGSTOP) for d, then resumes it (SIGCONT). It
 // returns when the process runs again.
@@ -74,7 +35,7 @@ func freezeFor(t *testing.T, pid int, d time.Duration) (from, to time.Time, err 
 // marked invalid because the API server did not answer (measure's
 // heartbeat); trials 3 and 4, after the outage, are valid.
 func TestControlPlaneFreezeMidTrial(t *testing.T) {
-	pid := controlPlanePID(t)
+	pid := cluster.PID
 	// Whatever happens, the cluster must not stay frozen for the next test.
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 

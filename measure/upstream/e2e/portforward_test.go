@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
 	"github.com/epwindow/epwindow/measure/upstream"
 )
@@ -38,7 +37,7 @@ func TestMain(m *testing.M) {
 	if file := os.Getenv(fakeNginxEnv); file != "" {
 		os.Exit(serveFakeNginx(file))
 	}
-	e2etest.Main(m, "measure/upstream/e2e", localcluster.Options{}, func(c *localcluster.Cluster) error {
+	localcluster.Main(m, "measure/upstream/e2e", localcluster.Options{}, func(c *localcluster.Cluster) error {
 		cluster = c
 		return nil
 	})

@@ -14,7 +14,7 @@ import (
 	"github.com/epwindow/epwindow/deploy/local/controlplane"
 	"github.com/epwindow/epwindow/deploy/local/skipper"
 
-	"github.com/epwindow/epwindow/deploy/local/internal/flock"
+	"github.com/epwindow/epwindow/internal/localcluster/flock"
 )
 
 // Flag names of `up`.

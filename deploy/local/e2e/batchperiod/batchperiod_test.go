@@ -14,15 +14,16 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/epwindow/epwindow/deploy/local/e2e/testenv"
+	"github.com/epwindow/epwindow/internal/localcluster"
 )
 
 // batchPeriod is injected into the EndpointSlice controller.
 const batchPeriod = time.Second
 
-var cluster *testenv.Cluster
+var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Options{Nodes: 2, BatchPeriod: batchPeriod, IngressPoll: 3 * time.Second}, func(c *testenv.Cluster) { cluster = c })
+	localcluster.Main(m, "deploy/local/e2e/batchperiod", localcluster.Options{Nodes: 2, BatchPeriod: batchPeriod, IngressPoll: 3 * time.Second}, func(c *localcluster.Cluster) error { cluster = c; return nil })
 }
 
 // sleepers is a Deployment of pods that run `sleep`, ready once running.

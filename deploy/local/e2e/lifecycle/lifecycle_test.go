@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/epwindow/epwindow/deploy/local/e2e/testenv"
+	"github.com/epwindow/epwindow/internal/localcluster"
 )
 
 // startupBound is the startup assertion's limit. The goal is READY within
@@ -65,7 +66,7 @@ func runSleeper(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 
 func checkLeftovers(ctx context.Context, t *testing.T, dir string) {
 	t.Helper()
-	bin, _ := testenv.BinDir()
+	bin, _ := localcluster.BinDir()
 	left, err := testenv.Leftovers(ctx, dir, bin+"/epwindow-local", bin+"/skipper", "sleep "+sleeperMark)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +80,7 @@ func TestStartupAndTeardown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: 2, IngressPoll: 3 * time.Second, Dir: dir})
+	c, err := localcluster.Start(ctx, localcluster.Options{Nodes: 2, IngressPoll: 3 * time.Second, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestStartupAndTeardown(t *testing.T) {
 	}
 	runSleeper(ctx, t, c.Client)
 	checkRestricted(ctx, t, c)
-	if err := c.Stop(); err != nil {
+	if err := c.Shutdown(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	checkLeftovers(ctx, t, dir)
@@ -102,7 +103,7 @@ func TestStartupAndTeardown(t *testing.T) {
 
 // checkRestricted: DIR/kubeconfig-restricted authenticates (a token) but
 // its user has no RBAC bindings, so listing pods is forbidden.
-func checkRestricted(ctx context.Context, t *testing.T, c *testenv.Cluster) {
+func checkRestricted(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.Dir, "kubeconfig-restricted"))
 	if err != nil {
@@ -122,7 +123,7 @@ func TestStartAfterCrashCleansUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: 2, IngressPoll: 3 * time.Second, Dir: dir})
+	c, err := localcluster.Start(ctx, localcluster.Options{Nodes: 2, IngressPoll: 3 * time.Second, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,12 +131,12 @@ func TestStartAfterCrashCleansUp(t *testing.T) {
 	c.Kill() // no teardown: netns, links, route, pod process stay behind
 	c.Release()
 
-	c, err = testenv.Start(ctx, testenv.Options{Nodes: 2, IngressPoll: 3 * time.Second, Dir: dir})
+	c, err = localcluster.Start(ctx, localcluster.Options{Nodes: 2, IngressPoll: 3 * time.Second, Dir: dir})
 	if err != nil {
 		t.Fatalf("start after a crash: %v", err)
 	}
 	defer c.Release()
-	if err := c.Stop(); err != nil {
+	if err := c.Shutdown(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	checkLeftovers(ctx, t, dir)
@@ -148,7 +149,7 @@ func BenchmarkStartup(b *testing.B) {
 	ctx := context.Background()
 	var total time.Duration
 	for i := 0; i < b.N; i++ {
-		c, err := testenv.Start(ctx, testenv.Options{Nodes: 2, IngressPoll: 3 * time.Second})
+		c, err := localcluster.Start(ctx, localcluster.Options{Nodes: 2, IngressPoll: 3 * time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -160,7 +161,6 @@ func BenchmarkStartup(b *testing.B) {
 		if err := c.Stop(); err != nil {
 			b.Fatal(err)
 		}
-		c.Release()
 	}
 	b.ReportMetric(total.Seconds()/float64(b.N), "s/ready")
 }

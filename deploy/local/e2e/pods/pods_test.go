@@ -18,16 +18,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/epwindow/epwindow/deploy/local/e2e/testenv"
+	"github.com/epwindow/epwindow/internal/localcluster"
 )
 
 // ingressPoll is Skipper's poll interval in this package's cluster: short,
 // so that the tests wait less, and a known bound for route removal.
 const ingressPoll = time.Second
 
-var cluster *testenv.Cluster
+var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Options{Nodes: 2, IngressPoll: ingressPoll}, func(c *testenv.Cluster) { cluster = c })
+	localcluster.Main(m, "deploy/local/e2e/pods", localcluster.Options{Nodes: 2, IngressPoll: ingressPoll}, func(c *localcluster.Cluster) error { cluster = c; return nil })
 }
 
 // probeTimeline is the part of the probe's GET /timeline record (the main
@@ -129,7 +130,7 @@ func podsThroughIngress(ctx context.Context, want map[string]string, n int) (map
 // terminating endpoint, Skipper drops it, the kubelet order (preStop before
 // SIGTERM) holds, and the replacement takes its place.
 func TestProbeDeploymentThroughSkipper(t *testing.T) {
-	if err := testenv.RequireBinaries("epwindow"); err != nil {
+	if err := localcluster.RequireBinaries("epwindow"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -1,5 +1,5 @@
-// Package flock is the machine-wide lock the local cluster's runs take
-// turns on: clusters share the pod network (one bridge, 10.244.0.0/16).
+// Package flock is the machine-wide lock that local clusters take turns
+// on: they share the pod network (one bridge, 10.244.0.0/16).
 package flock
 
 import (
@@ -11,6 +11,9 @@ import (
 	"time"
 )
 
+// retry is how often a held lock is tried again.
+const retry = 200 * time.Millisecond
+
 // Acquire blocks until this process holds an exclusive flock on path
 // (created if missing) or ctx ends, and returns the open file: closing it,
 // or exiting, releases the lock. waiting, when set, is called once if the
@@ -20,6 +23,8 @@ func Acquire(ctx context.Context, path string, waiting func()) (*os.File, error)
 	if err != nil {
 		return nil, fmt.Errorf("open %s (the local cluster needs root): %w", path, err)
 	}
+	t := time.NewTicker(retry)
+	defer t.Stop()
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
@@ -37,7 +42,7 @@ func Acquire(ctx context.Context, path string, waiting func()) (*os.File, error)
 		case <-ctx.Done():
 			f.Close()
 			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-t.C:
 		}
 	}
 }
