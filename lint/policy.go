@@ -139,7 +139,9 @@ func (x cel) variables() []admissionv1.Variable {
 	durRE := celString(`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`)
 	delay := "variables.delay"
 	return []admissionv1.Variable{
-		{Name: "template", Expression: "object.kind == 'Pod' ? object : (object.kind == 'CronJob' ? object.spec.jobTemplate.spec.template : object.spec.template)"},
+		// dyn(): each branch is a field of one kind only; the API server's
+		// type checker (status.typeChecking) would flag it for the others.
+		{Name: "template", Expression: "object.kind == 'Pod' ? dyn(object) : (object.kind == 'CronJob' ? dyn(object).spec.jobTemplate.spec.template : dyn(object).spec.template)"},
 		{Name: "spec", Expression: "variables.template.spec"},
 		{Name: "templateAnnotations", Expression: "has(variables.template.metadata) && has(variables.template.metadata.annotations) ? variables.template.metadata.annotations : {}"},
 		{Name: "objectAnnotations", Expression: "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
