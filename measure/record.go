@@ -40,18 +40,25 @@ type trialInput struct {
 	clientOK      bool
 	failures      map[string]int
 	maxSkew       time.Duration
-	invalid       []string
+	// reasons are the faults follow saw (a stall, a broken watch, the
+	// hold); buildRecord adds what the data itself shows.
+	reasons []results.Reason
 }
 
 // buildRecord assembles a trial's record. Pod-clock instants are corrected
 // by the skew estimate and carry its uncertainty; a trial with missing or
-// suspect data is kept, marked invalid with every reason.
+// suspect data is kept with a coded reason for each fault (results.Reason),
+// which invalidates only the stages it corrupts. Details name no flag: the
+// results file outlives the command line.
 func buildRecord(in trialInput) *results.Record {
 	rec := &results.Record{
 		Kind: results.KindTrial, Trial: in.trial, Pod: in.pod, Node: in.node, PodIP: in.addr.String(),
 		T0: in.t0, ClientFailures: in.failures,
 	}
-	invalid := slices.Clone(in.invalid)
+	reasons := slices.Clone(in.reasons)
+	fault := func(code, format string, a ...any) {
+		reasons = append(reasons, results.Reason{Code: code, Detail: fmt.Sprintf(format, a...)})
+	}
 	add := func(name, key string, at time.Time, unc time.Duration, clk results.Clock) {
 		if at.IsZero() {
 			return
@@ -78,22 +85,22 @@ func buildRecord(in trialInput) *results.Record {
 	add(results.StageSliceRemoved, "", w.sliceRemoved, 0, results.ClockTool)
 	add(results.StagePodDeleted, "", w.podDeleted, 0, results.ClockTool)
 	if w.terminatingSeen.IsZero() {
-		invalid = append(invalid, "the pod watch never showed the pod terminating")
+		fault(results.ReasonWatchMissed, "the pod watch never showed the pod terminating")
 	}
 	if w.sliceNotReady.IsZero() {
-		invalid = append(invalid, "the EndpointSlice watch never showed the address not ready")
+		fault(results.ReasonWatchMissed, "the EndpointSlice watch never showed the address not ready")
 	}
 	if w.podDeleted.IsZero() {
-		invalid = append(invalid, "the pod watch never showed the pod deleted")
+		fault(results.ReasonWatchMissed, "the pod watch never showed the pod deleted")
 	} else if w.deletedOnRelist {
-		invalid = append(invalid, "the pod's deletion was seen only on a relist (the watch broke): pod_deleted is not a watch delivery")
+		fault(results.ReasonWatchBroken, "the pod's deletion was seen only on a relist (the watch broke): pod_deleted is not a watch delivery")
 	}
 
 	// UpstreamLastPresent / UpstreamRemoved: observer polls, tool clock; the
 	// truth lies in [last present sent, removed answered].
 	if in.observer != "" && in.observer != upstream.KindNone {
 		if len(in.removals) == 0 {
-			invalid = append(invalid, fmt.Sprintf("the %s observer never listed %s: its removal cannot be timed", in.observer, in.addr))
+			fault(results.ReasonObserverBlind, "the %s observer never listed %s: its removal cannot be timed", in.observer, in.addr)
 		}
 		for _, rm := range in.removals {
 			after, notAfter := rm.Bracket()
@@ -102,7 +109,13 @@ func buildRecord(in trialInput) *results.Record {
 				add(results.StageUpstreamRemoved, rm.Key(), rm.Removed.At, notAfter.Sub(after), results.ClockTool)
 			}
 			if why := rm.Invalid(); why != "" {
-				invalid = append(invalid, why)
+				code := results.ReasonObserverBlind
+				if rm.Blind == 0 {
+					// Readable to the end and still listing the address:
+					// the trial ended (at the hold) before the removal.
+					code = results.ReasonUpstreamListed
+				}
+				reasons = append(reasons, results.Reason{Code: code, Detail: why})
 			}
 		}
 	}
@@ -114,16 +127,16 @@ func buildRecord(in trialInput) *results.Record {
 
 	// Pod-clock stages: the probe's record, corrected by the skew estimate.
 	if !in.skewOK {
-		invalid = append(invalid, "no clock-skew estimate for the probe: its stages cannot be put on the tool's clock")
+		fault(results.ReasonSkewMissing, "no clock-skew estimate for the probe on node %s: its stages cannot be put on the tool's clock", in.node)
 	} else {
 		rec.SkewNS, rec.SkewUncertaintyNS = int64(in.skew.Offset), int64(in.skew.Uncertainty)
 		if in.maxSkew > 0 && in.skew.Uncertainty > in.maxSkew {
-			invalid = append(invalid, fmt.Sprintf("clock-skew bound ±%s exceeds --%s %s", in.skew.Uncertainty, FlagMaxSkew, in.maxSkew))
+			fault(results.ReasonSkewBound, "clock-skew bound ±%s exceeds the %s allowed", in.skew.Uncertainty, in.maxSkew)
 		}
 	}
 	tl := in.timeline
 	if tl == nil {
-		invalid = append(invalid, "the probe's record could not be read (pod proxy and termination message): "+in.timelineSource)
+		fault(results.ReasonProbeUnreadable, "the probe's record could not be read (pod proxy and termination message): %s", in.timelineSource)
 	}
 	if tl != nil && in.skewOK {
 		unc := in.skew.Uncertainty
@@ -150,7 +163,7 @@ func buildRecord(in trialInput) *results.Record {
 			pod(results.StageLastAccept, "other", tl.LastTrafficAccept)
 		}
 		if tl.Sigterm == nil {
-			invalid = append(invalid, "the probe never received SIGTERM")
+			fault(results.ReasonNoSigterm, "the probe never received SIGTERM")
 		}
 		// ContainerExit: the probe's own exit record, pod clock, ms.
 		pod(results.StageContainerExit, "", tl.Exit)
@@ -160,20 +173,7 @@ func buildRecord(in trialInput) *results.Record {
 		add(results.StageContainerExit, "", in.exitByKubelet.FinishedAt.Time, time.Second, results.ClockKubelet)
 	}
 	slices.SortStableFunc(rec.Stages, func(a, b results.Stage) int { return a.At.Compare(b.At) })
-	rec.Valid = len(invalid) == 0
-	if !rec.Valid {
-		rec.Invalid = joinReasons(invalid)
-	}
+	rec.Reasons = reasons
+	rec.Valid = len(reasons) == 0
 	return rec
-}
-
-func joinReasons(rs []string) string {
-	out := ""
-	for i, r := range rs {
-		if i > 0 {
-			out += "; "
-		}
-		out += r
-	}
-	return out
 }

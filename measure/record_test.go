@@ -47,7 +47,7 @@ func completeInput() trialInput {
 func TestBuildRecordComplete(t *testing.T) {
 	rec := buildRecord(completeInput())
 	if !rec.Valid {
-		t.Fatalf("complete trial marked invalid: %s", rec.Invalid)
+		t.Fatalf("complete trial marked invalid: %s", rec.InvalidReason())
 	}
 	want := map[string]time.Duration{
 		results.StageDeleteSent: 0, results.StageDeleteAcked: 4 * time.Millisecond,
@@ -91,27 +91,40 @@ func TestBuildRecordInvalid(t *testing.T) {
 	tests := []struct {
 		name   string
 		mutate func(*trialInput)
+		code   string
 		want   string
+		// keeps: a point the fault must leave valid; drops: one it must
+		// invalidate.
+		keeps, drops string
 	}{
-		{"no skew", func(in *trialInput) { in.skewOK = false }, "no clock-skew estimate"},
-		{"skew too loose", func(in *trialInput) { in.skew.Uncertainty = 80 * time.Millisecond }, "exceeds --max-skew-uncertainty"},
-		{"no probe record", func(in *trialInput) { in.timeline, in.timelineSource = nil, "connection refused" }, "connection refused"},
-		{"no slice update", func(in *trialInput) { in.watch.sliceNotReady = time.Time{} }, "never showed the address not ready"},
-		{"deletion seen on relist", func(in *trialInput) { in.watch.deletedOnRelist = true }, "relist"},
+		{"no skew", func(in *trialInput) { in.skewOK = false }, results.ReasonSkewMissing, "no clock-skew estimate", results.StageSliceNotReady, results.PointWindow},
+		{"skew too loose", func(in *trialInput) { in.skew.Uncertainty = 80 * time.Millisecond }, results.ReasonSkewBound, "±80ms exceeds the 50ms allowed", results.StageUpstreamRemoved, results.PointWindow},
+		{"no probe record", func(in *trialInput) { in.timeline, in.timelineSource = nil, "connection refused" }, results.ReasonProbeUnreadable, "connection refused", results.StageSliceNotReady, results.StagePrestopCalled},
+		{"no slice update", func(in *trialInput) { in.watch.sliceNotReady = time.Time{} }, results.ReasonWatchMissed, "never showed the address not ready", results.PointWindow, results.StageSliceNotServing},
+		{"deletion seen on relist", func(in *trialInput) { in.watch.deletedOnRelist = true }, results.ReasonWatchBroken, "relist", results.PointWindow, results.StagePodDeleted},
 		{"observer blind", func(in *trialInput) {
 			in.removals[0].Removed = upstream.Reading{}
 			in.removals[0].Blind = 3
-		}, "went unreadable"},
-		{"observer never listed it", func(in *trialInput) { in.removals = nil }, "never listed"},
-		{"carried reason", func(in *trialInput) { in.invalid = []string{"the pods watch broke"} }, "the pods watch broke"},
+		}, results.ReasonObserverBlind, "went unreadable", results.PointWindow, results.StageUpstreamLastSeen},
+		{"observer still listing at the end", func(in *trialInput) { in.removals[0].Removed = upstream.Reading{} }, results.ReasonUpstreamListed, "still listed", results.PointWindow, results.StageUpstreamLastSeen},
+		{"observer never listed it", func(in *trialInput) { in.removals = nil }, results.ReasonObserverBlind, "never listed", results.PointWindow, results.StageUpstreamRemoved},
+		{"carried reason", func(in *trialInput) {
+			in.reasons = []results.Reason{{Code: results.ReasonAPIServerStall, Detail: "the API server did not answer"}}
+		}, results.ReasonAPIServerStall, "did not answer", results.PointWindow, results.StagePodTerminatingSeen},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := completeInput()
 			tt.mutate(&in)
 			rec := buildRecord(in)
-			if rec.Valid || !strings.Contains(rec.Invalid, tt.want) {
-				t.Fatalf("Valid=%v Invalid=%q, want invalid with %q", rec.Valid, rec.Invalid, tt.want)
+			if rec.Valid || len(rec.Reasons) != 1 || rec.Reasons[0].Code != tt.code || !strings.Contains(rec.Reasons[0].Detail, tt.want) {
+				t.Fatalf("Valid=%v Reasons=%+v, want one %s with %q", rec.Valid, rec.Reasons, tt.code, tt.want)
+			}
+			if strings.Contains(rec.Reasons[0].Detail, "--") {
+				t.Errorf("detail %q names a flag", rec.Reasons[0].Detail)
+			}
+			if !rec.PointValid(tt.keeps) || rec.PointValid(tt.drops) {
+				t.Errorf("%s: %s valid %v (want true), %s valid %v (want false)", tt.code, tt.keeps, rec.PointValid(tt.keeps), tt.drops, rec.PointValid(tt.drops))
 			}
 		})
 	}

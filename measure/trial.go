@@ -133,7 +133,9 @@ func (r *runner) follow(ctx context.Context, in trialInput, uid types.UID) (*res
 		}
 	}
 	if hitHold {
-		in.invalid = append(in.invalid, fmt.Sprintf("traffic or upstream listing went on past --%s %s: the window is longer than the hold", FlagHold, cfg.Hold))
+		// Censored, not dropped: the window is at least what was seen.
+		in.reasons = append(in.reasons, results.Reason{Code: results.ReasonHoldReached,
+			Detail: fmt.Sprintf("traffic or an upstream listing went on until the hold (%s) ended the trial: the window is at least what was seen", cfg.PreStopSleep+cfg.Hold)})
 	}
 	if t, err := r.probes.timeline(ctx, in.pod); err == nil {
 		tl = t
@@ -161,7 +163,8 @@ wait:
 			r.watch.end(uid)
 			return nil, context.Cause(ctx)
 		case <-deadline.C:
-			in.invalid = append(in.invalid, "the pod or its endpoint was not removed within the grace period + 30s")
+			in.reasons = append(in.reasons, results.Reason{Code: results.ReasonRemovalTimeout,
+				Detail: fmt.Sprintf("the pod or its endpoint was not removed within the grace period + 30s (%s)", r.grace()+30*time.Second)})
 			break wait
 		case <-r.watch.changed:
 		case <-tick.C:
@@ -194,11 +197,13 @@ wait:
 	}
 	in.failures = r.gen.Failures(in.t0, end)
 	if st, ok := r.heartbeat.stalledBetween(in.t0, end); ok {
-		in.invalid = append(in.invalid, fmt.Sprintf("the API server did not answer from %s for %s: watch-stamped stages may be late by as much",
-			st.from.Format(time.RFC3339Nano), st.to.Sub(st.from).Round(time.Millisecond)))
+		in.reasons = append(in.reasons, results.Reason{Code: results.ReasonAPIServerStall,
+			Detail: fmt.Sprintf("the API server did not answer from %s for %s: watch-stamped stages may be late by as much",
+				st.from.Format(time.RFC3339Nano), st.to.Sub(st.from).Round(time.Millisecond))})
 	}
 	if e, ok := r.watch.watchErrorBetween(in.t0, end); ok {
-		in.invalid = append(in.invalid, fmt.Sprintf("the %s watch broke at %s: %s", e.resource, e.at.Format(time.RFC3339Nano), e.err))
+		in.reasons = append(in.reasons, results.Reason{Code: results.ReasonWatchBroken,
+			Detail: fmt.Sprintf("the %s watch broke at %s: %s", e.resource, e.at.Format(time.RFC3339Nano), e.err)})
 	}
 	rec := buildRecord(in)
 	if cfg.StopOnBlindObserver {

@@ -43,17 +43,21 @@ const (
 	DefaultMinChangeRel = 0.10
 )
 
-// CompareLevel is the confidence level of a comparison's intervals. A
-// comparison asks one question per metric, and about five groups of them
-// move independently (API server, EndpointSlice controller, ingress, node,
-// probe); at 95% per metric, one comparison in five of two identical setups
-// would call something a change. 99% is that 5% family-wise rate, split
-// over the five groups (Bonferroni).
-const CompareLevel = 0.99
+// FamilyError is the chance that a comparison of two runs of one and the
+// same setup calls anything worse or better. A comparison makes one test
+// per metric and judged quantile — two dozen or more — so each test runs at
+// 1 − FamilyError/tests (Bonferroni over the tests actually made, see
+// Compare): valid whatever the dependence between stages, which move
+// together along the paths they share.
+const FamilyError = 0.05
 
-// CompareResamples is the bootstrap size of a comparison: at 99% each tail
-// holds 25 of 5000 resamples.
-const CompareResamples = 5000
+// CompareResamples is the least bootstrap size of a comparison; Compare
+// raises it so that each tail of every interval holds at least
+// tailResamples resamples at the level the tests are run at.
+const (
+	CompareResamples = 5000
+	tailResamples    = 10
+)
 
 // CompareQuantiles are the quantiles compared.
 var CompareQuantiles = []float64{0.50, 0.95, 0.99}
@@ -82,9 +86,16 @@ type QuantileChange struct {
 	// Rel is DiffNS / |BaseNS| (0 when BaseNS is 0).
 	Rel float64 `json:"rel"`
 	// CILoNS, CIHiNS bound the difference (seeded percentile bootstrap of
-	// both runs, CompareResamples resamples, CompareLevel).
+	// both runs at the comparison's Level).
 	CILoNS int64 `json:"ci_lo_ns"`
 	CIHiNS int64 `json:"ci_hi_ns"`
+	// DetectableNS is the smallest change of this quantile the run sizes
+	// could have called worse or better: the larger of the interval's reach
+	// below and above the observed change (a shift by less leaves 0 inside
+	// the interval) and the least relevant change. 0 when not judged; Need
+	// is then the trials each run needs for the quantile to be judged.
+	DetectableNS int64 `json:"detectable_ns,omitempty"`
+	Need         int   `json:"need,omitempty"`
 	// Significant: the interval excludes 0. Relevant: |DiffNS| reaches
 	// max(MinChange, MinChangeRel·|BaseNS|). Judged: both runs have enough
 	// trials above the quantile (see Judged).
@@ -105,7 +116,12 @@ type MetricChange struct {
 // Comparison is a baseline run against a new one.
 type Comparison struct {
 	Options CompareOptions `json:"-"`
-	Metrics []MetricChange `json:"metrics"`
+	// Tests is the number of metric × quantile tests made (judged); each
+	// ran at Level = 1 − FamilyError/Tests, from Resamples resamples.
+	Tests     int            `json:"tests"`
+	Level     float64        `json:"level"`
+	Resamples int            `json:"resamples"`
+	Metrics   []MetricChange `json:"metrics"`
 }
 
 // Compare compares every metric of two closed summaries. The verdict rule:
@@ -132,16 +148,36 @@ func Compare(base, next *Summary, o CompareOptions) *Comparison {
 			names = append(names, m)
 		}
 	}
-	for _, name := range orderMetrics(names) {
+	names = orderMetrics(names)
+	// Count the tests first: the level of each depends on how many there
+	// are.
+	for _, name := range names {
+		if name == StageServerDeleteTime {
+			continue
+		}
+		for _, q := range CompareQuantiles {
+			if judged(base, next, name, q) {
+				c.Tests++
+			}
+		}
+	}
+	c.Level = 1 - FamilyError/float64(max(c.Tests, 1))
+	c.Resamples = max(CompareResamples, int(math.Ceil(tailResamples*2/(1-c.Level))))
+	for _, name := range names {
 		x, _ := base.Samples(name)
 		y, _ := next.Samples(name)
 		mc := MetricChange{Metric: name, NBase: len(x), NNew: len(y), Verdict: NotJudged}
 		if len(x) > 0 && len(y) > 0 {
-			sx, sy := sortedCopy(x), sortedCopy(y)
-			cis, _ := BootstrapQuantileDiffs(x, y, CompareQuantiles, CompareResamples, CompareLevel, rngFor("compare/"+name))
+			cis, _ := BootstrapQuantileDiffs(x, y, CompareQuantiles, c.Resamples, c.Level, rngFor("compare/"+name))
 			worse, better := false, false
 			for i, q := range CompareQuantiles {
-				qc := compareQuantile(q, sx, sy, cis[i], o)
+				qc := compareQuantile(q, base.samples[name], next.samples[name], cis[i], o)
+				qc.Judged = name != StageServerDeleteTime && judged(base, next, name, q)
+				if qc.Judged {
+					qc.DetectableNS = max(qc.DiffNS-qc.CILoNS, qc.CIHiNS-qc.DiffNS, int64(relevantChange(qc.BaseNS, o)))
+				} else {
+					qc.Need = int(math.Ceil(MinTailTrials/(1-q) - 1e-9))
+				}
 				mc.Changes = append(mc.Changes, qc)
 				if !qc.counts() {
 					continue
@@ -166,6 +202,22 @@ func Compare(base, next *Summary, o CompareOptions) *Comparison {
 		c.Metrics = append(c.Metrics, mc)
 	}
 	return c
+}
+
+// judged reports whether a verdict may rest on quantile q of metric in both
+// runs: enough trials above it (Judged), and its rank held by a measured
+// trial in each, not by one cut at the hold.
+func judged(base, next *Summary, metric string, q float64) bool {
+	x, y := base.samples[metric], next.samples[metric]
+	if x.n() == 0 || y.n() == 0 || !Judged(q, x.n(), y.n()) {
+		return false
+	}
+	for _, s := range []*sample{x, y} {
+		if _, lower := s.rank(quantileRank(q, s.n())); lower {
+			return false
+		}
+	}
+	return true
 }
 
 // orderMetrics puts names in report order: Points, then Deltas, then the
@@ -195,19 +247,23 @@ func orderMetrics(names []string) []string {
 	return out
 }
 
-func compareQuantile(q float64, sx, sy []float64, ci Interval, o CompareOptions) QuantileChange {
-	bq, _ := Quantile(q, sx)
-	nq, _ := Quantile(q, sy)
+func compareQuantile(q float64, x, y *sample, ci Interval, o CompareOptions) QuantileChange {
+	bq, _ := x.rank(quantileRank(q, x.n()))
+	nq, _ := y.rank(quantileRank(q, y.n()))
 	qc := QuantileChange{Quantile: q, BaseNS: int64(bq), NewNS: int64(nq), DiffNS: int64(nq - bq)}
 	if bq != 0 {
 		qc.Rel = (nq - bq) / math.Abs(bq)
 	}
 	qc.CILoNS, qc.CIHiNS = int64(ci.Lo), int64(ci.Hi)
 	qc.Significant = ci.Lo > 0 || ci.Hi < 0
-	minimum := max(float64(o.MinChange), o.MinChangeRel*math.Abs(bq))
-	qc.Relevant = math.Abs(nq-bq) >= minimum
-	qc.Judged = Judged(q, len(sx), len(sy))
+	qc.Relevant = math.Abs(nq-bq) >= relevantChange(qc.BaseNS, o)
 	return qc
+}
+
+// relevantChange is the least change of a quantile whose baseline is base
+// that counts: max(MinChange, MinChangeRel·|base|).
+func relevantChange(base int64, o CompareOptions) float64 {
+	return max(float64(o.MinChange), o.MinChangeRel*math.Abs(float64(base)))
 }
 
 // counts reports whether this change makes a verdict.
@@ -242,10 +298,10 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 			width = max(width, utf8.RuneCountInString(m.Metric))
 		}
 		pad := func(s string) string { return s + strings.Repeat(" ", width-utf8.RuneCountInString(s)) }
-		e.printf("%s %3s %3s %4s %8s %8s %8s %6s  %-21s  %s\n", pad("metric"), "n0", "n1", "q", "baseline", "new", "Δ", "Δ%", trimFloat(CompareLevel*100)+"% CI of Δ", "verdict")
+		e.printf("%s %3s %3s %4s %8s %8s %8s %6s  %-21s %11s  %s\n", pad("metric"), "n0", "n1", "q", "baseline", "new", "Δ", "Δ%", trimFloat(c.Level*100)+"%"+" CI of Δ", "detectable", "verdict")
 		for _, m := range c.Metrics {
 			if len(m.Changes) == 0 {
-				line := fmt.Sprintf("%s %3d %3d %4s %8s %8s %8s %6s  %-21s  %s", pad(m.Metric), m.NBase, m.NNew, "", "-", "-", "-", "", "", m.Verdict)
+				line := fmt.Sprintf("%s %3d %3d %4s %8s %8s %8s %6s  %-21s %11s  %s", pad(m.Metric), m.NBase, m.NNew, "", "-", "-", "-", "", "", "", m.Verdict)
 				e.printf("%s\n", strings.TrimRight(line, " "))
 				continue
 			}
@@ -265,8 +321,15 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 					rel = fmt.Sprintf("%+.0f%%", qc.Rel*100)
 				}
 				ci := fmt.Sprintf("[%s, %s]", signedDur(qc.CILoNS), signedDur(qc.CIHiNS))
-				line := fmt.Sprintf("%s %3d %3d %4s %8s %8s %8s %6s %s%-21s  %s", name, m.NBase, m.NNew,
-					"p"+trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), signedDur(qc.DiffNS), rel, mark, ci, verdict)
+				detect := "±" + fmtDur(qc.DetectableNS)
+				if !qc.Judged {
+					detect = "-"
+					if qc.Need > 0 && m.Metric != StageServerDeleteTime {
+						detect = fmt.Sprintf("needs n=%d", qc.Need)
+					}
+				}
+				line := fmt.Sprintf("%s %3d %3d %4s %8s %8s %8s %6s %s%-21s %11s  %s", name, m.NBase, m.NNew,
+					"p"+trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), signedDur(qc.DiffNS), rel, mark, ci, detect, verdict)
 				e.printf("%s\n", strings.TrimRight(line, " "))
 			}
 		}
@@ -283,9 +346,12 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 			e.printf("\n%s: %s", v, strings.Join(names, ", "))
 		}
 		e.printf("\n")
-		e.printf("\nn0, n1: valid trials of the baseline and the new run.")
-		e.printf("\n* a change whose %s%% interval excludes 0 and that reaches max(%s, %s%% of the baseline):\n  only such changes make a verdict.\n~ not judged: fewer than %d trials of a run lie above this quantile (n·(1−q) < %d).\n",
-			trimFloat(CompareLevel*100), c.Options.MinChange, trimFloat(c.Options.MinChangeRel*100), MinTailTrials, MinTailTrials)
+		e.printf("\nn0, n1: trials of the baseline and the new run whose stages for the metric are valid.")
+		e.printf("\n%d tests made (metric × judged quantile); each interval is at %s = 1 − %s/%d, so that two runs of one\n  setup call anything worse or better with at most %s chance (Bonferroni; seeded bootstrap, %d resamples).",
+			c.Tests, trimFloat(c.Level*100)+"%", pct(FamilyError), max(c.Tests, 1), pct(FamilyError), c.Resamples)
+		e.printf("\n* a change whose interval excludes 0 and that reaches max(%s, %s%% of the baseline):\n  only such changes make a verdict.\n~ not judged: fewer than %d trials of a run lie above this quantile (n·(1−q) < %d), or it falls on a\n  trial cut at the hold.",
+			c.Options.MinChange, trimFloat(c.Options.MinChangeRel*100), MinTailTrials, MinTailTrials)
+		e.printf("\ndetectable: the smallest change of that quantile these run sizes could have called worse or better;\n  \"same\" means no change that large, not no change.\n")
 		return e.err
 	}
 }
@@ -397,7 +463,7 @@ func (t Thresholds) Check(next *Summary, c *Comparison) []Breach {
 				if qc.counts() && qc.DiffNS > 0 && (qc.BaseNS <= 0 || qc.Rel > t.MaxRegression) {
 					out = append(out, Breach{m.Metric, "max-regression", fmt.Sprintf("p%s %s → %s (%+.0f%% > %s%%, %s%% CI of Δ %s … %s)",
 						trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), qc.Rel*100, trimFloat(t.MaxRegression*100),
-						trimFloat(CompareLevel*100), signedDur(qc.CILoNS), signedDur(qc.CIHiNS))})
+						trimFloat(c.Level*100)+"%", signedDur(qc.CILoNS), signedDur(qc.CIHiNS))})
 					break
 				}
 			}

@@ -3,6 +3,7 @@ package results
 import (
 	"bufio"
 	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +20,12 @@ import (
 var csvHeader = []string{
 	"trial", "pod", "node", "pod_ip", "valid", "invalid_reason", "t0",
 	"skew_ns", "skew_uncertainty_ns", "client_failures",
-	"stage", "key", "at", "offset_ns", "uncertainty_ns", "clock",
+	"stage", "key", "at", "offset_ns", "uncertainty_ns", "clock", "reasons",
 }
+
+// csvOptional are the columns a reader does without: files written before
+// they existed lack them ("reasons": schema 2, as a JSON array).
+var csvOptional = map[string]bool{"reasons": true}
 
 // NewCSVEncoder returns an Encoder that writes the CSV layout, its header
 // before the first record, flushing after every record.
@@ -39,14 +44,22 @@ func NewCSVEncoder(w io.Writer) Encoder {
 			formatTime(r.T0), strconv.FormatInt(r.SkewNS, 10), strconv.FormatInt(r.SkewUncertaintyNS, 10),
 			formatCounts(r.ClientFailures),
 		}
+		reasons := ""
+		if len(r.Reasons) > 0 {
+			b, err := json.Marshal(r.Reasons)
+			if err != nil {
+				return fmt.Errorf("write trial %d: %w", r.Trial, err)
+			}
+			reasons = string(b)
+		}
 		if len(r.Stages) == 0 {
-			if err := cw.Write(append(base, "", "", "", "", "", "")); err != nil {
+			if err := cw.Write(append(base, "", "", "", "", "", "", reasons)); err != nil {
 				return fmt.Errorf("write trial %d: %w", r.Trial, err)
 			}
 		}
 		for _, s := range r.Stages {
 			row := append(slices.Clone(base), s.Name, s.Key, formatTime(s.At),
-				strconv.FormatInt(s.OffsetNS, 10), strconv.FormatInt(s.UncertaintyNS, 10), string(s.Clock))
+				strconv.FormatInt(s.OffsetNS, 10), strconv.FormatInt(s.UncertaintyNS, 10), string(s.Clock), reasons)
 			if err := cw.Write(row); err != nil {
 				return fmt.Errorf("write trial %d: %w", r.Trial, err)
 			}
@@ -122,7 +135,7 @@ func decodeCSV(br *bufio.Reader) (*File, error) {
 		col[h] = i
 	}
 	for _, h := range csvHeader {
-		if _, ok := col[h]; !ok {
+		if _, ok := col[h]; !ok && !csvOptional[h] {
 			return nil, fmt.Errorf("not a results file: csv header lacks %q (want %s)", h, strings.Join(csvHeader, ","))
 		}
 	}
@@ -136,7 +149,7 @@ func decodeCSV(br *bufio.Reader) (*File, error) {
 			return nil, fmt.Errorf("csv line %d: %w", line, err)
 		}
 		get := func(name string) string {
-			if i := col[name]; i < len(row) {
+			if i, ok := col[name]; ok && i < len(row) {
 				return row[i]
 			}
 			return ""
@@ -181,6 +194,11 @@ func csvTrial(get func(string) string) (Record, error) {
 	}
 	if r.ClientFailures, err = parseCounts(get("client_failures")); err != nil {
 		return r, err
+	}
+	if v := get("reasons"); v != "" {
+		if err := json.Unmarshal([]byte(v), &r.Reasons); err != nil {
+			return r, fmt.Errorf("reasons: %w", err)
+		}
 	}
 	return r, nil
 }

@@ -177,15 +177,3 @@ func (r *Record) MaxUncertainty(name string) time.Duration {
 	}
 	return time.Duration(u)
 }
-
-// InvalidReason is the reason a trial is invalid, "unspecified" when the
-// writer gave none, and "" for a valid trial.
-func (r *Record) InvalidReason() string {
-	if r.Valid {
-		return ""
-	}
-	if r.Invalid == "" {
-		return "unspecified"
-	}
-	return r.Invalid
-}

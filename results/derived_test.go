@@ -122,7 +122,8 @@ func TestInvalidReason(t *testing.T) {
 	}{
 		{Record{Valid: true, Invalid: "ignored"}, ""},
 		{Record{Valid: false}, "unspecified"},
-		{Record{Valid: false, Invalid: "watch broke"}, "watch broke"},
+		{Record{Valid: false, Invalid: "watch broke"}, "watch_broken: watch broke"},
+		{Record{Valid: false, Reasons: []Reason{{Code: ReasonSkewBound, Detail: "±60ms over 50ms"}, {Code: ReasonHoldReached}}}, "skew_bound: ±60ms over 50ms; hold_reached"},
 	} {
 		if got := tt.r.InvalidReason(); got != tt.want {
 			t.Errorf("%+v: InvalidReason = %q, want %q", tt.r, got, tt.want)

@@ -33,6 +33,13 @@ type Header struct {
 	// DeregistrationDelayNS is a load balancer's deregistration delay when
 	// one applies (e.g. AWS target groups): preStop must exceed it.
 	DeregistrationDelayNS int64 `json:"deregistration_delay_ns,omitempty"`
+	// HoldNS is how long a deleted probe was held at most: a trial that ran
+	// into it is censored there (schema 2).
+	HoldNS int64 `json:"hold_ns,omitempty"`
+	// Quantile and Confidence are the run's recommendation settings; a
+	// report of the file uses them unless told otherwise (schema 2).
+	Quantile   float64 `json:"quantile,omitempty"`
+	Confidence float64 `json:"confidence,omitempty"`
 	// Flags are the command-line flags of the run, as given.
 	Flags map[string]string `json:"flags,omitempty"`
 }

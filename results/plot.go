@@ -28,7 +28,7 @@ var plotSeries = []struct {
 }
 
 // NewPlotReporter renders terminal charts: the empirical CDF of the window
-// over valid trials, and per trial (x) the offset from T0 (y, seconds) of
+// over the trials whose probe-clock stages are valid, and per trial (x) the offset from T0 (y, seconds) of
 // SIGTERM, slice_not_ready, upstream_removed and the window's end.
 func NewPlotReporter(s *Summary) Reporter {
 	return func(w io.Writer) error {
@@ -60,12 +60,12 @@ func NewPlotReporter(s *Summary) Reporter {
 			asciigraph.LowerBound(0), asciigraph.UpperBound(1), asciigraph.Precision(2),
 			asciigraph.XAxisRange(lo, hi), asciigraph.XAxisTickCount(5),
 			asciigraph.XAxisValueFormatter(func(v float64) string { return fmt.Sprintf("%.2fs", v) }),
-			asciigraph.Caption(fmt.Sprintf("CDF of the window (s), n=%d", len(win)))))
+			asciigraph.Caption(windowCaption(len(win), s.Censored(PointWindow)))))
 
 		var data [][]float64
 		var chars []asciigraph.CharSet
 		var legend []string
-		trials := validTrials(s)
+		trials := plottedTrials(s)
 		for _, ps := range plotSeries {
 			vals, ts := s.Samples(ps.metric)
 			if len(vals) == 0 {
@@ -98,13 +98,24 @@ func NewPlotReporter(s *Summary) Reporter {
 	}
 }
 
-// validTrials are the trial numbers of the valid records, in order.
-func validTrials(s *Summary) []int {
-	var out []int
-	for _, r := range s.Records() {
-		if r.Valid {
-			out = append(out, r.Trial)
-		}
+// windowCaption names the CDF chart; censored windows are drawn at their
+// floors.
+func windowCaption(n, censored int) string {
+	c := fmt.Sprintf("CDF of the window (s), n=%d", n)
+	if censored > 0 {
+		c += fmt.Sprintf(", %d cut at the hold (drawn at their floor)", censored)
 	}
-	return out
+	return c
+}
+
+// plottedTrials are the trial numbers with a value in any plotted series,
+// ascending.
+func plottedTrials(s *Summary) []int {
+	var out []int
+	for _, ps := range plotSeries {
+		_, ts := s.Samples(ps.metric)
+		out = append(out, ts...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

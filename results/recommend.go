@@ -9,30 +9,28 @@ import (
 
 // Recommendation is DESIGN.md's "Recommendation" with its numbers:
 //
-//	preStop ≥ p99(traffic end − prestop_called) + margin, rounded up to whole seconds
+//	preStop ≥ U(q, confidence) of (traffic end − prestop_called) + margin, rounded up to whole seconds
 //	terminationGracePeriodSeconds ≥ preStop + drain + headroom
 //	deregistration_delay < preStop < grace, where an LB deregistration delay applies
 //
-// traffic end and prestop_called are both read on the probe's clock, so the
-// skew correction cancels out of their difference.
+// U is the order-statistic upper confidence bound of Bound. traffic end and
+// prestop_called are both read on the probe's clock, so the skew correction
+// cancels out of their difference.
 type Recommendation struct {
 	// Basis is the stage the covered duration starts at: prestop_called,
 	// or sigterm when no trial recorded a preStop call.
 	Basis string `json:"basis"`
 	// FallbackTrials used sigterm because they lacked prestop_called.
 	FallbackTrials int `json:"fallback_trials,omitempty"`
-	// N is the number of trials behind CoverNS.
-	N        int     `json:"n"`
-	Quantile float64 `json:"quantile"`
-	// CoverNS is the Quantile of (traffic end − Basis) over N trials.
+	// N is the number of trials behind CoverNS, Censored of them cut at the
+	// hold.
+	N        int `json:"n"`
+	Censored int `json:"censored,omitempty"`
+	// Bound is the upper confidence bound of (traffic end − Basis); CoverNS
+	// is its value. When Bound.LowerBound, the bound fell on a censored
+	// trial and CoverNS (and so every setting) is only a floor.
+	Bound   Bound `json:"bound"`
 	CoverNS int64 `json:"cover_ns"`
-	// CoverIsMax is set when the empirical quantile is the sample maximum.
-	CoverIsMax bool `json:"cover_is_max,omitempty"`
-	// CILoNS and CIHiNS bound CoverNS at CILevel (seeded percentile
-	// bootstrap, BootstrapResamples resamples).
-	CILoNS  int64   `json:"ci_lo_ns"`
-	CIHiNS  int64   `json:"ci_hi_ns"`
-	CILevel float64 `json:"ci_level"`
 	// MarginNS is added to CoverNS; MarginFrom says where it came from.
 	MarginNS   int64  `json:"margin_ns"`
 	MarginFrom string `json:"margin_from"`
@@ -46,6 +44,10 @@ type Recommendation struct {
 	// GraceSeconds is the terminationGracePeriodSeconds to configure.
 	GraceSeconds int64 `json:"termination_grace_period_seconds"`
 }
+
+// LowerBound reports whether the recommendation is only a floor: its bound
+// fell on a trial cut at the hold, so a longer hold is needed to know it.
+func (r *Recommendation) LowerBound() bool { return r != nil && r.Bound.LowerBound }
 
 // PreStop is the recommended preStop sleep.
 func (r *Recommendation) PreStop() time.Duration {
@@ -65,16 +67,19 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64(math.Ceil(d.Seconds()))
 }
 
-// isMax reports whether the empirical p-quantile of n samples is the max:
-// the estimator picks sample ⌈p·n⌉ (1-based).
-func isMax(p float64, n int) bool {
-	return n > 0 && int(math.Ceil(p*float64(n))) >= n
-}
-
 func (s *Summary) options() Options {
 	o := s.opts
-	if o.Quantile <= 0 || o.Quantile > 1 {
+	if (o.Quantile <= 0 || o.Quantile >= 1) && s.Header != nil {
+		o.Quantile = s.Header.Quantile
+	}
+	if o.Quantile <= 0 || o.Quantile >= 1 {
 		o.Quantile = DefaultQuantile
+	}
+	if (o.Confidence <= 0 || o.Confidence >= 1) && s.Header != nil {
+		o.Confidence = s.Header.Confidence
+	}
+	if o.Confidence <= 0 || o.Confidence >= 1 {
+		o.Confidence = DefaultConfidence
 	}
 	if o.Margin <= 0 {
 		o.Margin = DefaultMargin
@@ -93,29 +98,25 @@ func (s *Summary) options() Options {
 
 func (s *Summary) recommend() *Recommendation {
 	x := s.samples[metricCover]
-	if len(x) == 0 {
+	if x.n() == 0 {
 		return nil
 	}
 	o := s.options()
+	b, _ := newBound(x, o.Quantile, o.Confidence)
 	r := &Recommendation{
 		Basis:          StagePrestopCalled,
 		FallbackTrials: s.fallback,
-		N:              len(x),
-		Quantile:       o.Quantile,
-		CoverIsMax:     isMax(o.Quantile, len(x)),
-		CILevel:        ConfidenceLevel,
+		N:              x.n(),
+		Censored:       x.nCens,
+		Bound:          b,
+		CoverNS:        b.NS,
 		DrainNS:        int64(o.Drain),
 		HeadroomNS:     int64(o.Headroom),
 	}
-	if s.fallback == len(x) {
+	if s.fallback == x.n() {
 		r.Basis = StageSigterm
 	}
-	q, _ := Quantile(o.Quantile, sortedCopy(x))
-	r.CoverNS = int64(q)
-	if ci, ok := BootstrapQuantile(x, o.Quantile, BootstrapResamples, ConfidenceLevel, rngFor("recommendation")); ok {
-		r.CILoNS, r.CIHiNS = int64(ci.Lo), int64(ci.Hi)
-	}
-	r.MarginNS, r.MarginFrom = int64(o.Margin), "--margin"
+	r.MarginNS, r.MarginFrom = int64(o.Margin), "the least margin"
 	if res := s.Header.WorstResolution(); res > o.Margin {
 		r.MarginNS = int64(res)
 		r.MarginFrom = "worst observer resolution"
@@ -146,21 +147,25 @@ func (r *Recommendation) Formula() []string {
 	if r.Basis == StageSigterm {
 		basis = "sigterm"
 	}
-	q := fmt.Sprintf("p%s", trimFloat(r.Quantile*100))
+	ge := ""
+	if r.LowerBound() {
+		ge = "≥ "
+	}
 	need := max(time.Duration(r.CoverNS), 0) + time.Duration(r.MarginNS)
 	lines := []string{
-		fmt.Sprintf("preStop ≥ %s(traffic end − %s) + margin = %s + %s = %s → %ds",
-			q, basis, fmtDur(r.CoverNS), fmtDur(r.MarginNS), fmtDur(int64(need)), ceilSeconds(need)),
+		fmt.Sprintf("preStop ≥ U(traffic end − %s) + margin = %s%s + %s = %s%s → %s%ds",
+			basis, ge, fmtDur(r.CoverNS), fmtDur(r.MarginNS), ge, fmtDur(int64(need)), ge, ceilSeconds(need)),
+		"U: " + r.Bound.Claim(),
 	}
 	if r.DeregistrationDelayNS > 0 {
-		l := fmt.Sprintf("deregistration_delay < preStop: %s < preStop → %ds", fmtDur(r.DeregistrationDelayNS), r.PreStopSeconds)
+		l := fmt.Sprintf("deregistration_delay < preStop: %s < preStop → %s%ds", fmtDur(r.DeregistrationDelayNS), ge, r.PreStopSeconds)
 		if ceilSeconds(need) < r.PreStopSeconds {
 			l += fmt.Sprintf(" (raised from %ds)", ceilSeconds(need))
 		}
 		lines = append(lines, l)
 	}
-	lines = append(lines, fmt.Sprintf("terminationGracePeriodSeconds ≥ preStop + drain + headroom = %ds + %s + %s → %ds",
-		r.PreStopSeconds, fmtDur(r.DrainNS), fmtDur(r.HeadroomNS), r.GraceSeconds))
+	lines = append(lines, fmt.Sprintf("terminationGracePeriodSeconds ≥ preStop + drain + headroom = %s%ds + %s + %s → %s%ds",
+		ge, r.PreStopSeconds, fmtDur(r.DrainNS), fmtDur(r.HeadroomNS), ge, r.GraceSeconds))
 	return lines
 }
 
@@ -174,11 +179,14 @@ func (s *Summary) Caveats() []string {
 		out = append(out, fmt.Sprintf("The run was interrupted: this report covers the %d trials that finished.", d.Trials))
 	}
 	if r := d.Recommendation; r != nil {
-		q := "p" + trimFloat(r.Quantile*100)
-		if r.CoverIsMax {
-			n := int(math.Round(1 / (1 - r.Quantile)))
-			out = append(out, fmt.Sprintf("With %d trials the %s is the largest value seen (the empirical %s of fewer than %d trials is the maximum). Its %s%% bootstrap interval %s … %s cannot reach above the largest trial, so the true %s may be higher: measure %d or more trials for a %s that is not a maximum, and keep the margin.",
-				r.N, q, q, n, trimFloat(r.CILevel*100), fmtDur(r.CILoNS), fmtDur(r.CIHiNS), q, n, q))
+		b := r.Bound
+		if r.LowerBound() {
+			out = append(out, fmt.Sprintf("The bound fell on a trial cut short at the hold (%d of %d trials were): its traffic went on until the probe was released, so U and every setting above are only floors. Rerun with a longer hold.",
+				r.Censored, r.N))
+		}
+		if !b.Enough() {
+			out = append(out, fmt.Sprintf("With %s the bound is the largest trial, which covers only %s of deletions with %s confidence: %s of deletions needs %d trials (99%% needs %d).",
+				plural(b.N, "trial", "trials"), pct(b.Covers), pct(b.Confidence), pct(b.Quantile), b.Need, TrialsNeeded(0.99, b.Confidence)))
 		}
 		switch {
 		case r.Basis == StageSigterm:
@@ -186,22 +194,37 @@ func (s *Summary) Caveats() []string {
 		case r.FallbackTrials > 0:
 			out = append(out, fmt.Sprintf("%d of %d trials recorded no preStop call; for them the covered duration runs from SIGTERM.", r.FallbackTrials, r.N))
 		}
-		out = append(out, fmt.Sprintf("The margin (%s, %s) absorbs what the trials could not show: the ingress reprograms on its own schedule, and a p99 of few trials understates rare delays.",
+		out = append(out, fmt.Sprintf("U is distribution-free (order statistics, exact binomial): it holds whatever shape the windows have. The margin (%s, %s) covers what a bound of trials cannot: the stamps' resolution and changes of the cluster since the run.",
 			fmtDur(r.MarginNS), r.MarginFrom))
 	} else {
-		out = append(out, "No valid trial recorded both the traffic end and a termination signal (prestop_called or sigterm): no recommendation.")
+		out = append(out, "No trial with valid probe-clock stages recorded both the traffic end and a termination signal (prestop_called or sigterm): no recommendation.")
 	}
-	if n := d.Trials - d.Valid; n > 0 {
-		var parts []string
-		for _, k := range d.InvalidSorted() {
-			parts = append(parts, fmt.Sprintf("%s ×%d", k, d.InvalidReasons[k]))
-		}
-		out = append(out, fmt.Sprintf("%s left out of every percentile: %s.", plural(n, "invalid trial is", "invalid trials are"), strings.Join(parts, ", ")))
+	if d.Censored > 0 {
+		out = append(out, fmt.Sprintf("%s ran into the hold: censored, counted in n and in every quantile as at least what was seen (≥).",
+			plural(d.Censored, "trial", "trials")))
+	}
+	if parts := reasonParts(d, true); len(parts) > 0 {
+		out = append(out, fmt.Sprintf("%s: %s. A reason leaves out only the stages it corrupts; the window and the recommendation take every trial whose probe-clock stages are valid.",
+			plural(d.Trials-d.Valid, "trial carries reasons", "trials carry reasons"), strings.Join(parts, "; ")))
 	}
 	if _, ok := s.Dist(StageServerDeleteTime); ok {
 		out = append(out, "server_delete_time is deletionTimestamp − grace at 1 s resolution: a cross-check of T0, not a measurement.")
 	}
 	return out
+}
+
+// reasonParts renders each reason code with its count, most frequent
+// first, and with effects what it does to the trial's stages.
+func reasonParts(d *SummaryDoc, effects bool) []string {
+	var parts []string
+	for _, code := range d.InvalidSorted() {
+		p := fmt.Sprintf("%s ×%d", code, d.InvalidReasons[code])
+		if e := reasonEffect(code); effects && e != "" {
+			p += " (" + e + ")"
+		}
+		parts = append(parts, p)
+	}
+	return parts
 }
 
 // fmtDur renders nanoseconds as seconds with millisecond precision.

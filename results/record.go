@@ -5,8 +5,15 @@ import (
 )
 
 // SchemaVersion is the version of the results file layout. Readers refuse a
-// file whose header carries a newer version than they know.
-const SchemaVersion = 1
+// file whose header carries a newer version than they know, and read every
+// older one.
+//
+// Version 2 gives each trial coded reasons (Reasons) instead of one
+// free-text invalid_reason, and with them per-stage validity: a reason
+// invalidates only the stages it corrupts, and a trial that ran into the
+// hold is censored rather than dropped. Version-1 files are read with their
+// reasons classified from the text (see Record.ReasonList).
+const SchemaVersion = 2
 
 // Kind tells the records of a results file apart: one header, one record per
 // trial, and a final summary.
@@ -77,12 +84,21 @@ func (s Stage) Offset() time.Duration { return time.Duration(s.OffsetNS) }
 
 // Record is one trial: one pod deleted and every stage seen for its address.
 type Record struct {
-	Kind    Kind   `json:"kind"` // KindTrial
-	Trial   int    `json:"trial"`
-	Pod     string `json:"pod"`
-	Node    string `json:"node,omitempty"`
-	PodIP   string `json:"pod_ip"`
-	Valid   bool   `json:"valid"`
+	Kind  Kind   `json:"kind"` // KindTrial
+	Trial int    `json:"trial"`
+	Pod   string `json:"pod"`
+	Node  string `json:"node,omitempty"`
+	PodIP string `json:"pod_ip"`
+	// Valid is set when the trial has no reason at all: every stage it
+	// recorded is sound and nothing was cut short.
+	Valid bool `json:"valid"`
+	// Reasons say what went wrong, one coded entry per fault; each code
+	// invalidates only the stages it corrupts (see ReasonStages), and
+	// ReasonHoldReached censors the traffic end instead. Details never name
+	// a command-line flag: the CLI adds those hints when it prints.
+	Reasons []Reason `json:"reasons,omitempty"`
+	// Invalid is a version-1 file's free-text reason ("; "-separated);
+	// version-2 writers leave it empty. Read it through ReasonList.
 	Invalid string `json:"invalid_reason,omitempty"`
 	// T0 is delete_sent on the tool's clock; in rollout mode, where the
 	// Deployment controller deletes the pods, pod_terminating_seen.

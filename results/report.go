@@ -117,12 +117,11 @@ func plural(n int, one, many string) string {
 
 func trialsLine(d *SummaryDoc) string {
 	s := fmt.Sprintf("%s, %d valid", plural(d.Trials, "trial", "trials"), d.Valid)
+	if d.Censored > 0 {
+		s += fmt.Sprintf(", %d censored at the hold", d.Censored)
+	}
 	if n := d.Trials - d.Valid; n > 0 {
-		var parts []string
-		for _, k := range d.InvalidSorted() {
-			parts = append(parts, fmt.Sprintf("%s ×%d", k, d.InvalidReasons[k]))
-		}
-		s += fmt.Sprintf(", %d invalid (%s)", n, strings.Join(parts, ", "))
+		s += fmt.Sprintf(", %d with reasons (%s)", n, strings.Join(reasonParts(d, false), ", "))
 	}
 	if d.Interrupted {
 		s += " — INTERRUPTED run"
@@ -141,11 +140,40 @@ func failuresLine(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func cell(d Dist, ns int64) string {
+// cell renders a distribution's p-percentile (1 for the maximum) ns, "≥"
+// when it is a censored trial's floor.
+func cell(d Dist, ns int64, p float64) string {
 	if d.N == 0 {
 		return "-"
 	}
+	if d.Lower(p) {
+		return "≥" + fmtDur(ns)
+	}
 	return fmtDur(ns)
+}
+
+// boundCells renders a distribution's upper bound and the quantile it
+// covers ("*" marks a maximum that covers less than asked).
+func boundCells(d Dist) (u, covers string) {
+	b := d.Bound
+	if b == nil {
+		return "-", "-"
+	}
+	u = fmtDur(b.NS)
+	if b.LowerBound {
+		u = "≥" + u
+	}
+	covers = pct(b.Covers)
+	if !b.Enough() {
+		covers += "*"
+	}
+	return u, covers
+}
+
+// boundLegend explains the U and covers columns.
+func boundLegend(d *SummaryDoc) string {
+	return fmt.Sprintf("U is a %s upper confidence bound of the p%s (order statistics, exact binomial); covers is the share of deletions it bounds at %s, * where the trials were too few for p%s (that needs %d).",
+		pct(d.Confidence), trimFloat(d.Quantile*100), pct(d.Confidence), trimFloat(d.Quantile*100), TrialsNeeded(d.Quantile, d.Confidence))
 }
 
 // NewTextReporter renders an aligned table for a terminal: per point and
@@ -167,14 +195,15 @@ func NewTextReporter(s *Summary) Reporter {
 			width = max(width, utf8.RuneCountInString(x.Name))
 		}
 		table := func(title string, rows []Dist, unc bool) {
-			e.printf("\n%s%s %4s %8s %8s %8s %8s %8s", title, strings.Repeat(" ", width-utf8.RuneCountInString(title)), "n", "p50", "p90", "p95", "p99", "max")
+			e.printf("\n%s%s %4s %9s %9s %9s %9s %9s %9s %6s", title, strings.Repeat(" ", width-utf8.RuneCountInString(title)), "n", "p50", "p90", "p95", "p99", "max", "U", "covers")
 			if unc {
 				e.printf(" %8s", "±")
 			}
 			e.printf("\n")
 			for _, x := range rows {
-				e.printf("%s%s %4d %8s %8s %8s %8s %8s", x.Name, strings.Repeat(" ", width-utf8.RuneCountInString(x.Name)), x.N,
-					cell(x, x.P50NS), cell(x, x.P90NS), cell(x, x.P95NS), cell(x, x.P99NS), cell(x, x.MaxNS))
+				u, covers := boundCells(x)
+				e.printf("%s%s %4d %9s %9s %9s %9s %9s %9s %6s", x.Name, strings.Repeat(" ", width-utf8.RuneCountInString(x.Name)), x.N,
+					cell(x, x.P50NS, 0.5), cell(x, x.P90NS, 0.9), cell(x, x.P95NS, 0.95), cell(x, x.P99NS, 0.99), cell(x, x.MaxNS, 1), u, covers)
 				if unc {
 					u := "-"
 					if x.MaxUncertaintyNS > 0 {
@@ -189,15 +218,24 @@ func NewTextReporter(s *Summary) Reporter {
 		if len(d.Deltas) > 0 {
 			table("stage to stage", d.Deltas, false)
 		}
-		e.printf("\nwindow = max(last_accept, last_request) − T0; ± is the largest error bound of a sample.\n")
-		e.printf("client failures in valid trials: %s\n", failuresLine(d.ClientFailures))
+		e.printf("\nwindow = max(last_accept, last_request) − T0; ± is the largest error bound of a sample; ≥ marks a\nfloor from trials cut at the hold.\n")
+		for i, l := range wrap(strings.Fields(boundLegend(d)), " ", 100) {
+			if i == 0 {
+				e.printf("%s\n", l)
+			} else {
+				e.printf("  %s\n", l)
+			}
+		}
+		e.printf("client failures: valid trials %s; all trials %s\n", failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
 		if r := d.Recommendation; r != nil {
-			e.printf("\nrecommendation (n=%d)\n", r.N)
+			e.printf("\nrecommendation (n=%d", r.N)
+			if r.Censored > 0 {
+				e.printf(", %d censored", r.Censored)
+			}
+			e.printf(")\n")
 			for _, l := range r.Formula() {
 				e.printf("  %s\n", l)
 			}
-			e.printf("  p%s %s%% CI %s … %s (seeded bootstrap, %d resamples)\n",
-				trimFloat(r.Quantile*100), trimFloat(r.CILevel*100), fmtDur(r.CILoNS), fmtDur(r.CIHiNS), BootstrapResamples)
 		}
 		if c := s.Caveats(); len(c) > 0 {
 			e.printf("\ncaveats\n")
@@ -256,14 +294,18 @@ func NewMarkdownReporter(s *Summary) Reporter {
 			for _, l := range r.Formula() {
 				e.printf("- `%s`\n", l)
 			}
-			e.printf("- n = %d; p%s %s%% confidence interval %s … %s (seeded bootstrap, %d resamples)\n\n",
-				r.N, trimFloat(r.Quantile*100), trimFloat(r.CILevel*100), fmtDur(r.CILoNS), fmtDur(r.CIHiNS), BootstrapResamples)
+			e.printf("- n = %d", r.N)
+			if r.Censored > 0 {
+				e.printf(", %d of them cut at the hold", r.Censored)
+			}
+			e.printf("; U is a distribution-free upper confidence bound from order statistics\n\n")
 		}
 		mdTable := func(title string, rows []Dist) {
-			e.printf("| %s | n | p50 | p90 | p95 | p99 | max |\n|---|--:|--:|--:|--:|--:|--:|\n", title)
+			e.printf("| %s | n | p50 | p90 | p95 | p99 | max | U | covers |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n", title)
 			for _, x := range rows {
-				e.printf("| `%s` | %d | %s | %s | %s | %s | %s |\n", x.Name, x.N,
-					cell(x, x.P50NS), cell(x, x.P90NS), cell(x, x.P95NS), cell(x, x.P99NS), cell(x, x.MaxNS))
+				u, covers := boundCells(x)
+				e.printf("| `%s` | %d | %s | %s | %s | %s | %s | %s | %s |\n", x.Name, x.N,
+					cell(x, x.P50NS, 0.5), cell(x, x.P90NS, 0.9), cell(x, x.P95NS, 0.95), cell(x, x.P99NS, 0.99), cell(x, x.MaxNS, 1), u, covers)
 			}
 			e.printf("\n")
 		}
@@ -272,7 +314,8 @@ func NewMarkdownReporter(s *Summary) Reporter {
 		if len(d.Deltas) > 0 {
 			mdTable("stage to stage", d.Deltas)
 		}
-		e.printf("`window` is the last new traffic the pod received (max of `last_accept`, `last_request`) after T0. Client failures in valid trials: %s.\n\n", failuresLine(d.ClientFailures))
+		e.printf("`window` is the last new traffic the pod received (max of `last_accept`, `last_request`) after T0; ≥ marks a floor from trials cut at the hold. %s Client failures: valid trials %s; all trials %s.\n\n",
+			boundLegend(d), failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
 		if c := s.Caveats(); len(c) > 0 {
 			e.printf("### Caveats\n\n")
 			for _, l := range c {

@@ -20,7 +20,13 @@ var goldenInputs = map[string]struct {
 	summary   bool
 	cutLastAt int // bytes cut off the end
 }{
-	"run.jsonl":         {spec: synthSpec{seed: 1, trials: 20, poll: 3 * time.Second, invalid: map[int]string{4: "probe unreachable", 11: "skew bound 60ms > 50ms"}}, summary: true},
+	"run.jsonl": {spec: synthSpec{seed: 1, trials: 20, poll: 3 * time.Second, invalid: map[int]Reason{
+		4:  {Code: ReasonProbeUnreadable, Detail: "the probe's record could not be read (pod proxy and termination message): connection refused"},
+		11: {Code: ReasonSkewBound, Detail: "clock-skew bound ±60ms exceeds the 50ms allowed"},
+		15: {Code: ReasonWatchBroken, Detail: "the endpointslices watch broke at 2026-11-29T18:07:30.2Z: too old resource version"},
+	}}, summary: true},
+	// a poll longer than the hold: the slowest trials are cut
+	"censored.jsonl":    {spec: synthSpec{seed: 4, trials: 20, poll: 3 * time.Second, hold: 2500 * time.Millisecond}, summary: true},
 	"baseline.jsonl":    {spec: synthSpec{seed: 2, trials: 20, poll: time.Second}, summary: true},
 	"interrupted.jsonl": {spec: synthSpec{seed: 3, trials: 6, poll: 3 * time.Second, noPrestop: true}, cutLastAt: 37},
 }
@@ -84,6 +90,8 @@ func TestGoldenReports(t *testing.T) {
 		"report.perfdata.json": NewPerfDataReporter(run),
 		"report.plot.txt":      NewPlotReporter(run),
 		"interrupted.txt":      NewTextReporter(load(t, "interrupted.jsonl")),
+		"censored.txt":         NewTextReporter(load(t, "censored.jsonl")),
+		"v1.txt":               NewTextReporter(load(t, "v1.jsonl")),
 	}
 	cmp := Compare(load(t, "baseline.jsonl"), run, CompareOptions{})
 	cases["compare.txt"] = NewCompareTextReporter(cmp)

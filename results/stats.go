@@ -2,9 +2,9 @@ package results
 
 import (
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"slices"
-	"time"
 
 	"gonum.org/v1/gonum/stat"
 )
@@ -32,14 +32,6 @@ func sortedCopy(x []float64) []float64 {
 	slices.Sort(s)
 	return s
 }
-
-// BootstrapResamples is how many resamples a confidence interval draws: at
-// 2000 the Monte-Carlo error of a 95% percentile interval's endpoints is
-// small against the sampling error of a few dozen trials.
-const BootstrapResamples = 2000
-
-// ConfidenceLevel is the level of every confidence interval reported.
-const ConfidenceLevel = 0.95
 
 // Interval is a confidence interval.
 type Interval struct {
@@ -100,37 +92,10 @@ func (r *resampler) quantiles(ps, out []float64) {
 	}
 }
 
-// BootstrapQuantile is the percentile-bootstrap confidence interval of the
-// p-quantile of x (any order): resample x with replacement b times, take
-// each resample's p-quantile, and report the central level fraction of
-// those. ok is false for an empty sample.
-func BootstrapQuantile(x []float64, p float64, b int, level float64, rng *rand.Rand) (Interval, bool) {
-	if len(x) == 0 || b <= 0 {
-		return Interval{}, false
-	}
-	stats := make([]float64, b)
-	rs := newResampler(x)
-	ps, q := []float64{p}, []float64{0}
-	for i := range stats {
-		rs.draw(rng)
-		rs.quantiles(ps, q)
-		stats[i] = q[0]
-	}
-	return percentileInterval(stats, level), true
-}
-
-// BootstrapQuantileDiff is the percentile-bootstrap confidence interval of
-// quantile_p(y) − quantile_p(x), resampling both independently.
-func BootstrapQuantileDiff(x, y []float64, p float64, b int, level float64, rng *rand.Rand) (Interval, bool) {
-	cis, ok := BootstrapQuantileDiffs(x, y, []float64{p}, b, level, rng)
-	if !ok {
-		return Interval{}, false
-	}
-	return cis[0], true
-}
-
-// BootstrapQuantileDiffs is BootstrapQuantileDiff for several quantiles
-// (ascending) from the same resamples.
+// BootstrapQuantileDiffs is the percentile-bootstrap confidence interval of
+// quantile_p(y) − quantile_p(x) for each p of ps (ascending), resampling both
+// runs independently, every quantile from the same resamples. Only compare
+// uses it: the recommendation's bound comes from order statistics.
 func BootstrapQuantileDiffs(x, y []float64, ps []float64, b int, level float64, rng *rand.Rand) ([]Interval, bool) {
 	if len(x) == 0 || len(y) == 0 || b <= 0 || len(ps) == 0 || !slices.IsSorted(ps) {
 		return nil, false
@@ -167,11 +132,84 @@ func percentileInterval(stats []float64, level float64) Interval {
 	}
 }
 
-// Dist is the distribution of one quantity over the valid trials, in
-// nanoseconds. Percentiles use the empirical estimator (see Quantile).
+// sample is one metric's values over the trials whose stages it needs are
+// valid, with the trials they came from and which of them are censored
+// (the trial ran into the hold: the value is a floor).
+type sample struct {
+	values   []float64
+	trials   []int
+	censored []bool
+	ranked   []float64 // see rankOrder; built on first use
+	nCens    int
+}
+
+func (s *sample) add(trial int, v float64, censored bool) {
+	s.values = append(s.values, v)
+	s.trials = append(s.trials, trial)
+	s.censored = append(s.censored, censored)
+	s.ranked = nil
+	if censored {
+		s.nCens++
+	}
+}
+
+func (s *sample) n() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.values)
+}
+
+// rankOrder arranges the values for order statistics with censoring: the
+// uncensored ones ascending, then the censored ones (ascending by their
+// floors). A censored trial's true value is unknown above its floor, so it
+// ranks above every measured one. This keeps each order statistic honest:
+// at a rank held by a measured value, the k-th measured value is at least
+// the true k-th order statistic (k measured values lie at or below it), so
+// an upper bound stays an upper bound; at a rank held by a censored value,
+// the value shown is at most the true one (at least k − measured censored
+// floors lie below the true k-th), so it is reported as a lower bound.
+func (s *sample) rankOrder() []float64 {
+	if s.ranked == nil {
+		var meas, cens []float64
+		for i, v := range s.values {
+			if s.censored[i] {
+				cens = append(cens, v)
+			} else {
+				meas = append(meas, v)
+			}
+		}
+		slices.Sort(meas)
+		slices.Sort(cens)
+		s.ranked = append(meas, cens...)
+	}
+	return s.ranked
+}
+
+// rank is the k-th order statistic (1-based) and whether it is a censored
+// trial's floor.
+func (s *sample) rank(k int) (v float64, lower bool) {
+	r := s.rankOrder()
+	k = min(max(k, 1), len(r))
+	return r[k-1], k > len(r)-s.nCens
+}
+
+// quantileRank is the empirical estimator's rank of the p-quantile of n
+// values: the smallest k with k ≥ p·n (gonum's stat.Empirical rule).
+func quantileRank(p float64, n int) int {
+	k := int(math.Ceil(p * float64(n)))
+	return min(max(k, 1), n)
+}
+
+// Dist is the distribution of one quantity over the trials whose stages it
+// needs are valid, in nanoseconds. Percentiles use the empirical estimator
+// (see Quantile) over the ranking of rankOrder: a percentile whose rank
+// falls on a censored trial is a floor (see Lower).
 type Dist struct {
 	Name string `json:"name"`
 	N    int    `json:"n"`
+	// Censored counts the trials among N that ran into the hold.
+	Censored int `json:"censored,omitempty"`
 	// P50NS … MaxNS are zero when N is 0.
 	P50NS int64 `json:"p50_ns"`
 	P90NS int64 `json:"p90_ns"`
@@ -182,37 +220,29 @@ type Dist struct {
 	// MaxUncertaintyNS is the largest error bound any sample carried (skew
 	// bound, poll interval, 1 s for metav1.Time); points only.
 	MaxUncertaintyNS int64 `json:"max_uncertainty_ns,omitempty"`
+	// Bound is the upper confidence bound of the run's quantile (see
+	// Bound); nil when N is 0.
+	Bound *Bound `json:"bound,omitempty"`
 }
 
-// newDist summarises samples (nanoseconds, any order).
-func newDist(name string, samples []float64) Dist {
-	d := Dist{Name: name, N: len(samples)}
+// newDist summarises a sample and bounds its q-quantile at conf.
+func newDist(name string, s *sample, q, conf float64) Dist {
+	d := Dist{Name: name, N: s.n()}
 	if d.N == 0 {
 		return d
 	}
-	s := sortedCopy(samples)
-	q := func(p float64) int64 { v, _ := Quantile(p, s); return int64(v) }
-	d.P50NS, d.P90NS, d.P95NS, d.P99NS = q(0.50), q(0.90), q(0.95), q(0.99)
-	d.MinNS, d.MaxNS = int64(s[0]), int64(s[len(s)-1])
+	d.Censored = s.nCens
+	at := func(p float64) int64 { v, _ := s.rank(quantileRank(p, d.N)); return int64(v) }
+	d.P50NS, d.P90NS, d.P95NS, d.P99NS = at(0.50), at(0.90), at(0.95), at(0.99)
+	d.MinNS, d.MaxNS = int64(s.rankOrder()[0]), int64(slices.Max(s.values))
+	if b, ok := newBound(s, q, conf); ok {
+		d.Bound = &b
+	}
 	return d
 }
 
-// Percentile returns the named percentile (50, 90, 95, 99, 100 for max).
-func (d Dist) Percentile(p int) (time.Duration, bool) {
-	if d.N == 0 {
-		return 0, false
-	}
-	switch p {
-	case 50:
-		return time.Duration(d.P50NS), true
-	case 90:
-		return time.Duration(d.P90NS), true
-	case 95:
-		return time.Duration(d.P95NS), true
-	case 99:
-		return time.Duration(d.P99NS), true
-	case 100:
-		return time.Duration(d.MaxNS), true
-	}
-	return 0, false
+// Lower reports whether the p-percentile (1 for the maximum) is only a
+// floor: its rank falls on a censored trial.
+func (d Dist) Lower(p float64) bool {
+	return d.Censored > 0 && quantileRank(p, d.N) > d.N-d.Censored
 }

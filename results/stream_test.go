@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -33,7 +35,7 @@ func writeRun(t *testing.T, h *Header, trials []Record, sum *SummaryDoc) []byte 
 }
 
 func TestJSONLinesRoundTrip(t *testing.T) {
-	spec := synthSpec{seed: 3, trials: 6, poll: 3 * time.Second, invalid: map[int]string{2: "watch broke"}}
+	spec := synthSpec{seed: 3, trials: 6, poll: 3 * time.Second, invalid: map[int]Reason{2: {Code: ReasonWatchBroken, Detail: "the pods watch broke"}}, hold: 2500 * time.Millisecond}
 	h := synthHeader(spec)
 	trials := synthTrials(spec)
 	sum := synthSummary(spec).Doc()
@@ -74,7 +76,7 @@ func TestJSONEncoderRoundTrip(t *testing.T) {
 }
 
 func TestCSVRoundTrip(t *testing.T) {
-	trials := synthTrials(synthSpec{seed: 5, trials: 4, poll: 3 * time.Second, invalid: map[int]string{3: "skew bound 80ms > 50ms, with a comma"}})
+	trials := synthTrials(synthSpec{seed: 5, trials: 4, poll: 3 * time.Second, invalid: map[int]Reason{3: {Code: ReasonSkewBound, Detail: "skew bound 80ms > 50ms, with a comma; and a semicolon"}}, hold: 2500 * time.Millisecond})
 	// A trial without stages and one with a quoted key must survive too.
 	trials = append(trials, Record{Kind: KindTrial, Trial: 9, Pod: "p9", PodIP: "10.244.0.9", Valid: false, Invalid: "probe unreachable",
 		T0: synthStart, ClientFailures: map[string]int{"refused": 2, "reset": 1}})
@@ -99,7 +101,7 @@ func TestCSVRoundTrip(t *testing.T) {
 }
 
 func TestCSVReporterRoundTrip(t *testing.T) {
-	spec := synthSpec{seed: 6, trials: 5, poll: time.Second, invalid: map[int]string{1: "watch broke"}}
+	spec := synthSpec{seed: 6, trials: 5, poll: time.Second, invalid: map[int]Reason{1: {Code: ReasonWatchBroken}}}
 	s := synthSummary(spec)
 	var buf bytes.Buffer
 	if err := NewCSVReporter(s)(&buf); err != nil {
@@ -223,4 +225,35 @@ func jsonUnmarshalStrict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
+}
+
+// A version-1 file (the layout before coded reasons) still reads: its
+// free-text reasons are classified into codes, and it renders a report
+// (golden v1.txt).
+func TestDecodeVersion1(t *testing.T) {
+	fh, err := os.Open(filepath.Join("testdata", "v1.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	f, err := Decode(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Header == nil || f.Header.Schema != 1 || len(f.Trials) != 20 || f.Summary == nil {
+		t.Fatalf("v1 file: header %+v, %d trials, summary %v", f.Header, len(f.Trials), f.Summary != nil)
+	}
+	got := map[int]string{}
+	for _, r := range f.Trials {
+		if !r.Valid {
+			got[r.Trial] = r.ReasonList()[0].Code
+		}
+	}
+	if want := map[int]string{4: ReasonProbeUnreadable, 11: ReasonSkewBound}; !reflect.DeepEqual(got, want) {
+		t.Errorf("v1 reasons classified as %v, want %v", got, want)
+	}
+	newer := []byte(`{"kind":"header","schema":3}` + "\n")
+	if _, err := Decode(bytes.NewReader(newer)); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("schema 3: err %v, want one saying it is newer", err)
+	}
 }

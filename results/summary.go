@@ -3,7 +3,6 @@ package results
 import (
 	"maps"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -49,12 +48,14 @@ var Deltas = []Delta{
 	{StageSigterm, PointWindow},
 }
 
-// Options shape a Summary's recommendation. Zero fields take the header's
-// values, then the defaults below.
+// Options shape a Summary's recommendation and bounds. Zero fields take the
+// header's values, then the defaults below.
 type Options struct {
-	// Quantile of (traffic end − prestop_called) the preStop must cover;
-	// default 0.99.
+	// Quantile of (traffic end − prestop_called) the preStop must cover,
+	// and of every stage the report bounds; default DefaultQuantile.
 	Quantile float64
+	// Confidence of those upper bounds; default DefaultConfidence.
+	Confidence float64
 	// Margin added to that quantile; the worst observer resolution in the
 	// header raises it. Default DefaultMargin.
 	Margin time.Duration
@@ -69,9 +70,12 @@ type Options struct {
 	DeregistrationDelay time.Duration
 }
 
-// Defaults of Options.
+// Defaults of Options. A 95% bound of the 95th percentile is the least
+// claim worth pasting into platform docs, and the maximum of 59 trials
+// makes it (1 − 0.95⁵⁹ ≥ 0.95): measure's default --trials.
 const (
-	DefaultQuantile = 0.99
+	DefaultQuantile   = 0.95
+	DefaultConfidence = 0.95
 	// DefaultMargin is the least margin: under it, the skew-free
 	// pod-clock difference the preStop covers is still read through
 	// millisecond stamps and one trial set.
@@ -81,8 +85,10 @@ const (
 	DefaultHeadroom = 5 * time.Second
 )
 
-// Summary aggregates a run: Add every trial, then Close, then read. Invalid
-// trials are counted by reason and never enter a percentile.
+// Summary aggregates a run: Add every trial, then Close, then read. Each
+// metric takes every trial whose stages it needs are valid (see
+// Record.PointValid); a trial that ran into the hold is censored and stays
+// in, as a floor.
 type Summary struct {
 	Header  *Header
 	opts    Options
@@ -90,10 +96,9 @@ type Summary struct {
 	closed  bool
 
 	doc     SummaryDoc
-	samples map[string][]float64 // metric → valid trials' values (ns), trial order
-	trials  map[string][]int     // metric → trial numbers of samples
-	// fallback counts valid trials whose cover was measured from SIGTERM
-	// for want of prestop_called.
+	samples map[string]*sample // metric → its sample, trial order
+	// fallback counts trials whose cover was measured from SIGTERM for
+	// want of prestop_called.
 	fallback int
 }
 
@@ -120,74 +125,111 @@ func (s *Summary) Close() {
 		return
 	}
 	s.closed = true
-	s.samples = map[string][]float64{}
-	s.trials = map[string][]int{}
+	s.samples = map[string]*sample{}
+	o := s.options()
 	d := &s.doc
 	d.Kind = KindSummary
 	d.Trials = len(s.records)
+	d.Quantile, d.Confidence = o.Quantile, o.Confidence
 	for _, r := range s.records {
-		if !r.Valid {
-			if d.InvalidReasons == nil {
-				d.InvalidReasons = map[string]int{}
-			}
-			for _, reason := range SplitReasons(r.InvalidReason()) {
-				d.InvalidReasons[reason]++
-			}
-			continue
+		d.countReasons(r)
+		d.ClientFailuresAll = addCounts(d.ClientFailuresAll, r.ClientFailures)
+		if r.Valid {
+			d.Valid++
+			d.ClientFailures = addCounts(d.ClientFailures, r.ClientFailures)
 		}
-		d.Valid++
-		for k, n := range r.ClientFailures {
-			if d.ClientFailures == nil {
-				d.ClientFailures = map[string]int{}
-			}
-			d.ClientFailures[k] += n
+		censored := r.Censored()
+		if censored {
+			d.Censored++
 		}
 		for _, p := range Points {
+			if !r.PointValid(p) {
+				continue
+			}
 			if v, ok := r.Offset(p); ok {
-				s.add(p, r.Trial, v)
+				s.add(p, r.Trial, v, censored && censorable(p))
 			}
 		}
 		for _, dl := range Deltas {
+			if !r.PointValid(dl.From) || !r.PointValid(dl.To) {
+				continue
+			}
 			if v, ok := r.Between(dl.From, dl.To); ok {
-				s.add(dl.Name(), r.Trial, v)
+				s.add(dl.Name(), r.Trial, v, censored && censorable(dl.To))
 			}
 		}
-		if v, from, ok := r.AfterTermination(); ok {
-			s.add(metricCover, r.Trial, v)
+		if v, from, ok := r.AfterTermination(); ok && r.PointValid(from) && r.PointValid(PointWindow) {
+			s.add(metricCover, r.Trial, v, censored)
 			if from != StagePrestopCalled {
 				s.fallback++
 			}
 		}
 	}
 	for _, p := range Points {
-		if p != PointWindow && len(s.samples[p]) == 0 {
+		if p != PointWindow && s.samples[p].n() == 0 {
 			continue
 		}
-		dist := newDist(p, s.samples[p])
+		dist := newDist(p, s.samples[p], o.Quantile, o.Confidence)
 		dist.MaxUncertaintyNS = int64(s.maxUncertainty(p))
 		d.Stages = append(d.Stages, dist)
 	}
 	for _, dl := range Deltas {
-		if n := dl.Name(); len(s.samples[n]) > 0 {
-			d.Deltas = append(d.Deltas, newDist(n, s.samples[n]))
+		if n := dl.Name(); s.samples[n].n() > 0 {
+			d.Deltas = append(d.Deltas, newDist(n, s.samples[n], o.Quantile, o.Confidence))
 		}
 	}
 	d.Recommendation = s.recommend()
+}
+
+// countReasons counts a trial's reasons by code, each code once per trial,
+// and keeps the first detail of each code as an example.
+func (d *SummaryDoc) countReasons(r *Record) {
+	seen := map[string]bool{}
+	for _, rs := range r.ReasonList() {
+		if seen[rs.Code] {
+			continue
+		}
+		seen[rs.Code] = true
+		if d.InvalidReasons == nil {
+			d.InvalidReasons = map[string]int{}
+		}
+		d.InvalidReasons[rs.Code]++
+		if _, ok := d.ReasonExamples[rs.Code]; !ok && rs.Detail != "" {
+			if d.ReasonExamples == nil {
+				d.ReasonExamples = map[string]string{}
+			}
+			d.ReasonExamples[rs.Code] = rs.Detail
+		}
+	}
+}
+
+func addCounts(into, m map[string]int) map[string]int {
+	for k, n := range m {
+		if into == nil {
+			into = map[string]int{}
+		}
+		into[k] += n
+	}
+	return into
 }
 
 // metricCover is the per-trial traffic end − termination start (preStop, or
 // SIGTERM without one) the recommendation covers.
 const metricCover = "cover"
 
-func (s *Summary) add(metric string, trial int, v time.Duration) {
-	s.samples[metric] = append(s.samples[metric], float64(v))
-	s.trials[metric] = append(s.trials[metric], trial)
+func (s *Summary) add(metric string, trial int, v time.Duration, censored bool) {
+	smp := s.samples[metric]
+	if smp == nil {
+		smp = &sample{}
+		s.samples[metric] = smp
+	}
+	smp.add(trial, float64(v), censored)
 }
 
 func (s *Summary) maxUncertainty(p string) time.Duration {
 	var u time.Duration
 	for _, r := range s.records {
-		if !r.Valid {
+		if !r.PointValid(p) {
 			continue
 		}
 		switch p {
@@ -216,11 +258,24 @@ func (s *Summary) Doc() *SummaryDoc {
 // Records are the trials added, valid or not, in order.
 func (s *Summary) Records() []*Record { return s.records }
 
-// Samples are the valid trials' values of a metric (a point, a delta name,
-// in ns) in trial order, and the trials they came from.
+// Samples are a metric's values (a point, a delta name, in ns) over the
+// trials whose stages it needs are valid, in trial order, and the trials
+// they came from. Censored trials' values are floors (see Censored).
 func (s *Summary) Samples(metric string) (values []float64, trials []int) {
 	s.mustClosed()
-	return s.samples[metric], s.trials[metric]
+	if smp := s.samples[metric]; smp != nil {
+		return smp.values, smp.trials
+	}
+	return nil, nil
+}
+
+// Censored is how many of a metric's samples are censored trials' floors.
+func (s *Summary) Censored(metric string) int {
+	s.mustClosed()
+	if smp := s.samples[metric]; smp != nil {
+		return smp.nCens
+	}
+	return 0
 }
 
 // Dist is the distribution of a metric: a point or a delta name (aliases
@@ -257,43 +312,36 @@ func (s *Summary) Metrics() []string {
 	return out
 }
 
-// SplitReasons splits an invalid_reason that lists several reasons ("a; b")
-// so each is counted on its own.
-func SplitReasons(reason string) []string {
-	var out []string
-	for _, r := range strings.Split(reason, "; ") {
-		if r = strings.TrimSpace(r); r != "" {
-			out = append(out, r)
-		}
-	}
-	if len(out) == 0 {
-		return []string{"unspecified"}
-	}
-	return out
-}
-
 // SummaryDoc is a closed summary's data: the summary record of a results
 // file and the json report. Durations are integer nanoseconds.
 type SummaryDoc struct {
 	Kind Kind `json:"kind"` // KindSummary
-	// Trials counts every trial; Valid those in the percentiles.
-	Trials int `json:"trials"`
-	Valid  int `json:"valid"`
-	// InvalidReasons counts invalid trials per reason; a trial with several
-	// reasons counts under each.
-	InvalidReasons map[string]int `json:"invalid_reasons,omitempty"`
+	// Trials counts every trial; Valid those without any reason; Censored
+	// those that ran into the hold (counted in n and every quantile).
+	Trials   int `json:"trials"`
+	Valid    int `json:"valid"`
+	Censored int `json:"censored,omitempty"`
+	// Quantile and Confidence are those of every Bound and of the
+	// recommendation.
+	Quantile   float64 `json:"quantile,omitempty"`
+	Confidence float64 `json:"confidence,omitempty"`
+	// InvalidReasons counts trials per reason code (a trial with several
+	// codes counts under each); ReasonExamples holds one detail per code.
+	InvalidReasons map[string]int    `json:"invalid_reasons,omitempty"`
+	ReasonExamples map[string]string `json:"reason_examples,omitempty"`
 	// Interrupted is set when the run ended before writing its summary.
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Stages are offsets from T0 per point; Deltas stage-to-stage.
 	Stages []Dist `json:"stages"`
 	Deltas []Dist `json:"deltas,omitempty"`
-	// ClientFailures are the load generator's failures in valid trials'
-	// windows, by kind.
-	ClientFailures map[string]int  `json:"client_failures,omitempty"`
-	Recommendation *Recommendation `json:"recommendation,omitempty"`
+	// ClientFailures are the load generator's failures in the windows of
+	// valid trials, by kind; ClientFailuresAll those of every trial.
+	ClientFailures    map[string]int  `json:"client_failures,omitempty"`
+	ClientFailuresAll map[string]int  `json:"client_failures_all,omitempty"`
+	Recommendation    *Recommendation `json:"recommendation,omitempty"`
 }
 
-// InvalidSorted lists the invalid reasons, most frequent first.
+// InvalidSorted lists the reason codes, most frequent first.
 func (d *SummaryDoc) InvalidSorted() []string {
 	keys := slices.Collect(maps.Keys(d.InvalidReasons))
 	slices.SortFunc(keys, func(a, b string) int {

@@ -2,6 +2,7 @@ package results
 
 import (
 	"bytes"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -20,25 +21,91 @@ func trial(n int, pre, end time.Duration) *Record {
 	return r
 }
 
-func TestSummaryLeavesInvalidOut(t *testing.T) {
+// A reason leaves out only the stages it corrupts: a broken watch keeps the
+// trial's window (probe clock), an unclassified reason drops everything.
+func TestSummaryPerStageValidity(t *testing.T) {
 	s := NewSummary(nil, Options{})
 	for i, end := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second} {
-		s.Add(trial(i+1, 0, end))
+		r := trial(i+1, 0, end)
+		r.Stages = append(r.Stages, st(StageSliceNotReady, "", 30*time.Millisecond))
+		s.Add(r)
 	}
-	bad := trial(4, 0, 100*time.Second)
-	bad.Valid, bad.Invalid = false, "watch broke"
+	watch := trial(4, 0, 4*time.Second)
+	watch.Stages = append(watch.Stages, st(StageSliceNotReady, "", 20*time.Second))
+	watch.Valid, watch.Reasons = false, []Reason{{Code: ReasonWatchBroken, Detail: "the endpointslices watch broke"}}
+	s.Add(watch)
+	skew := trial(5, 0, 100*time.Second)
+	skew.Stages = append(skew.Stages, st(StageSliceNotReady, "", 40*time.Millisecond))
+	skew.Valid, skew.Reasons = false, []Reason{{Code: ReasonSkewBound, Detail: "±60ms"}}
+	s.Add(skew)
+	bad := trial(6, 0, 200*time.Second)
+	bad.Valid = false
 	s.Add(bad)
-	bad2 := trial(5, 0, 200*time.Second)
-	bad2.Valid = false
-	s.Add(bad2)
 	s.Close()
 	d := s.Doc()
-	if d.Trials != 5 || d.Valid != 3 || d.InvalidReasons["watch broke"] != 1 || d.InvalidReasons["unspecified"] != 1 {
-		t.Errorf("counts: %+v", d)
+	want := map[string]int{ReasonWatchBroken: 1, ReasonSkewBound: 1, ReasonUnspecified: 1}
+	if d.Trials != 6 || d.Valid != 3 || !reflect.DeepEqual(d.InvalidReasons, want) {
+		t.Errorf("counts: trials %d valid %d reasons %v; want 6, 3, %v", d.Trials, d.Valid, d.InvalidReasons, want)
 	}
-	w, ok := s.Dist(PointWindow)
-	if !ok || w.N != 3 || w.MaxNS != int64(3*time.Second) || w.P50NS != int64(2*time.Second) {
-		t.Errorf("window dist %+v: invalid trials leaked in", w)
+	if w, ok := s.Dist(PointWindow); !ok || w.N != 4 || w.MaxNS != int64(4*time.Second) {
+		t.Errorf("window dist %+v: want the 3 valid trials and the one whose watch broke", w)
+	}
+	if sr, ok := s.Dist(StageSliceNotReady); !ok || sr.N != 4 || sr.MaxNS != int64(40*time.Millisecond) {
+		t.Errorf("slice_not_ready dist %+v: want the 3 valid trials and the one with a skew fault", sr)
+	}
+	if r := s.Doc().Recommendation; r == nil || r.N != 4 || time.Duration(r.CoverNS) != 4*time.Second {
+		t.Errorf("recommendation %+v: want n=4 bounded by the broken-watch trial's 4s", r)
+	}
+	if d.ReasonExamples[ReasonWatchBroken] != "the endpointslices watch broke" {
+		t.Errorf("reason examples %v", d.ReasonExamples)
+	}
+}
+
+// A trial cut at the hold stays in n and in every quantile, ranks above
+// every measured trial, and turns the bound it lands on into a floor.
+func TestSummaryCensored(t *testing.T) {
+	build := func(n, censored int) *Summary {
+		s := NewSummary(nil, Options{Quantile: 0.9, Confidence: 0.9})
+		for i := 1; i <= n; i++ {
+			r := trial(i, 0, time.Duration(i)*100*time.Millisecond)
+			if i <= censored {
+				// the first trials are cut at the hold with small floors:
+				// their rank must not come from their value.
+				r.Valid, r.Reasons = false, []Reason{{Code: ReasonHoldReached, Detail: "traffic went on past the hold (2s)"}}
+			}
+			s.Add(r)
+		}
+		s.Close()
+		return s
+	}
+	s := build(30, 2)
+	d := s.Doc()
+	w, _ := s.Dist(PointWindow)
+	if d.Censored != 2 || w.N != 30 || w.Censored != 2 {
+		t.Fatalf("censored %d, window n %d censored %d: want 2 counted in n=30", d.Censored, w.N, w.Censored)
+	}
+	if w.Lower(0.5) || !w.Lower(1) || !w.Lower(0.99) || w.Lower(0.9) {
+		t.Errorf("floors: p50 %v p90 %v p99 %v max %v; want only ranks above 28 marked", w.Lower(0.5), w.Lower(0.9), w.Lower(0.99), w.Lower(1))
+	}
+	// n=30, q=0.9 at 90%: P(Bin(30, 0.9) ≤ 28) = 0.816 < 0.9 ≤ P(… ≤ 29)
+	// = 0.958, so k = 30, a rank held by a censored trial.
+	r := d.Recommendation
+	if r == nil || r.Censored != 2 || !r.LowerBound() {
+		t.Fatalf("recommendation %+v: want a floor with 2 censored", r)
+	}
+	var buf bytes.Buffer
+	if err := NewTextReporter(s)(&buf); err != nil {
+		t.Fatal(err)
+	}
+	flat := strings.Join(strings.Fields(buf.String()), " ")
+	for _, want := range []string{"2 censored at the hold", "preStop ≥ U(traffic end − prestop_called) + margin = ≥ ", "only floors", "Rerun with a longer hold"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("report lacks %q:\n%s", want, buf.String())
+		}
+	}
+	// Without censoring in reach of the bound, it is a plain bound.
+	if r := build(100, 1).Doc().Recommendation; r.LowerBound() || r.Bound.K >= 100 {
+		t.Errorf("n=100 with one censored trial: %+v; want the bound below the censored rank", r.Bound)
 	}
 }
 
@@ -65,8 +132,8 @@ func TestSummaryEmpty(t *testing.T) {
 
 func TestRecommendation(t *testing.T) {
 	ms := time.Millisecond
-	// Ten trials: traffic end − prestop_called = 1.0s … 1.9s; the p99 of 10
-	// is the max, 1.9 s.
+	// Ten trials: traffic end − prestop_called = 1.0s … 1.9s; the bound of
+	// ten trials is their max, 1.9 s.
 	ten := func(pre time.Duration) []*Record {
 		var out []*Record
 		for i := 0; i < 10; i++ {
@@ -89,7 +156,7 @@ func TestRecommendation(t *testing.T) {
 		{
 			name: "defaults: margin 1s, headroom 5s, no drain",
 			opts: Options{}, trials: ten(50 * ms), basis: StagePrestopCalled,
-			cover: 1900 * ms, margin: time.Second, prestop: 3, grace: 8, caveat: "largest value seen",
+			cover: 1900 * ms, margin: time.Second, prestop: 3, grace: 8, caveat: "covers only 74.1% of deletions",
 		},
 		{
 			name: "observer resolution raises the margin; drain from the header",
@@ -99,7 +166,7 @@ func TestRecommendation(t *testing.T) {
 		{
 			name: "flags beat the header's drain",
 			h:    header, opts: Options{Drain: 30 * time.Second, Headroom: 500 * ms, Margin: 4 * time.Second}, trials: ten(50 * ms),
-			basis: StagePrestopCalled, cover: 1900 * ms, margin: 4 * time.Second, prestop: 6, grace: 37, caveat: "--margin",
+			basis: StagePrestopCalled, cover: 1900 * ms, margin: 4 * time.Second, prestop: 6, grace: 37, caveat: "the least margin",
 		},
 		{
 			name:   "no preStop hook: from SIGTERM, and said so",
@@ -109,7 +176,7 @@ func TestRecommendation(t *testing.T) {
 		{
 			name: "deregistration delay: preStop must exceed it",
 			opts: Options{DeregistrationDelay: 15 * time.Second}, trials: ten(50 * ms), basis: StagePrestopCalled,
-			cover: 1900 * ms, margin: time.Second, prestop: 16, grace: 21, caveat: "largest value seen",
+			cover: 1900 * ms, margin: time.Second, prestop: 16, grace: 21, caveat: "covers only 74.1% of deletions",
 		},
 	}
 	for _, tt := range tests {
@@ -129,8 +196,8 @@ func TestRecommendation(t *testing.T) {
 					r.Basis, time.Duration(r.CoverNS), time.Duration(r.MarginNS), r.PreStopSeconds, r.GraceSeconds, r.FallbackTrials, r.N,
 					tt.basis, tt.cover, tt.margin, tt.prestop, tt.grace, tt.fallback)
 			}
-			if !r.CoverIsMax || r.CILoNS > r.CoverNS || r.CIHiNS < r.CoverNS {
-				t.Errorf("p99 of 10 must be the max inside its interval: %+v", r)
+			if r.Bound.K != 10 || r.Bound.Enough() || r.Bound.Need != 59 || math.Abs(r.Bound.Covers-math.Pow(0.05, 0.1)) > 1e-12 {
+				t.Errorf("the bound of 10 trials must be the max, covering 0.05^(1/10): %+v", r.Bound)
 			}
 			var buf bytes.Buffer
 			if err := NewTextReporter(s)(&buf); err != nil {
@@ -146,16 +213,22 @@ func TestRecommendation(t *testing.T) {
 	}
 }
 
-func TestInvalidReasonsSplit(t *testing.T) {
+// Version-1 reasons are free text: they are split and classified into
+// codes, each code counted once per trial.
+func TestLegacyReasonsClassified(t *testing.T) {
 	s := NewSummary(nil, Options{})
-	for i, reason := range []string{"no clock-skew estimate; the probe never received SIGTERM", "no clock-skew estimate", ""} {
+	for i, reason := range []string{"no clock-skew estimate for the probe; the probe never received SIGTERM", "no clock-skew estimate for the probe",
+		"", "traffic or upstream listing went on past --hold 1m0s: the window is longer than the hold", "something new"} {
 		r := trial(i+1, 0, time.Second)
 		r.Valid, r.Invalid = false, reason
 		s.Add(r)
 	}
 	s.Close()
-	want := map[string]int{"no clock-skew estimate": 2, "the probe never received SIGTERM": 1, "unspecified": 1}
+	want := map[string]int{ReasonSkewMissing: 2, ReasonNoSigterm: 1, ReasonUnspecified: 2, ReasonHoldReached: 1}
 	if got := s.Doc().InvalidReasons; !reflect.DeepEqual(got, want) {
 		t.Errorf("InvalidReasons = %v, want %v", got, want)
+	}
+	if s.Doc().Censored != 1 {
+		t.Errorf("censored %d, want the v1 hold trial", s.Doc().Censored)
 	}
 }

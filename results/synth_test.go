@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -13,7 +14,10 @@ type synthSpec struct {
 	trials  int
 	poll    time.Duration // the ingress's poll interval: upstream_removed lags slice_not_ready by U(0, poll)
 	extra   time.Duration // added to upstream_removed (a known shift)
-	invalid map[int]string
+	invalid map[int]Reason
+	// hold, when set, cuts every trial whose traffic would go on past it:
+	// the trial is censored there (hold_reached).
+	hold time.Duration
 	// noPrestop drops prestop_called (no preStop hook configured).
 	noPrestop bool
 }
@@ -28,7 +32,7 @@ func synthHeader(spec synthSpec) *Header {
 			Settings: map[string]string{"source-poll-timeout": fmt.Sprint(spec.poll.Milliseconds())}},
 		Observers: []Observer{{Name: "skipper", ResolutionNS: int64(250 * time.Millisecond)}},
 		Mode:      "delete", Namespace: "epwindow-test", Replicas: 3, Rate: 50, DrainNS: int64(2 * time.Second),
-		Flags: map[string]string{"trials": fmt.Sprint(spec.trials)},
+		Flags: map[string]string{"trials": fmt.Sprint(spec.trials)}, HoldNS: int64(cmp.Or(spec.hold, time.Minute)),
 	}
 }
 
@@ -44,7 +48,7 @@ func synthTrials(spec synthSpec) []Record {
 			SkewNS: int64(u(-2*time.Millisecond, 2*time.Millisecond)), SkewUncertaintyNS: int64(u(100*time.Microsecond, 900*time.Microsecond)),
 		}
 		if reason, bad := spec.invalid[i]; bad {
-			r.Valid, r.Invalid = false, reason
+			r.Valid, r.Reasons = false, append(r.Reasons, reason)
 		}
 		add := func(name, key string, off time.Duration, unc time.Duration, clk Clock) {
 			r.Stages = append(r.Stages, Stage{Name: name, Key: key, At: t0.Add(off), OffsetNS: int64(off), UncertaintyNS: int64(unc), Clock: clk})
@@ -60,11 +64,24 @@ func synthTrials(spec synthSpec) []Record {
 		add(StageSliceNotReady, "", snr, 0, ClockTool)
 		res := 250 * time.Millisecond
 		latest := time.Duration(0)
+		cut := false
 		for _, rep := range []string{"skipper/skipper-0", "skipper/skipper-1"} {
 			ur := snr + u(0, spec.poll) + spec.extra + u(0, res)
+			if spec.hold > 0 && ur > spec.hold {
+				// still listed when the hold ended the trial
+				cut = true
+				add(StageUpstreamLastSeen, rep, spec.hold-res/2, res, ClockTool)
+				r.Reasons = append(r.Reasons, Reason{Code: ReasonUpstreamListed, Detail: "upstream " + rep + " still listed the address at its last poll"})
+				continue
+			}
 			latest = max(latest, ur)
 			add(StageUpstreamLastSeen, rep, ur-res, res, ClockTool)
 			add(StageUpstreamRemoved, rep, ur, res, ClockTool)
+		}
+		if cut {
+			latest = spec.hold
+			r.Valid = false
+			r.Reasons = append(r.Reasons, Reason{Code: ReasonHoldReached, Detail: fmt.Sprintf("traffic or an upstream listing went on past the hold (%s)", spec.hold)})
 		}
 		pre := u(20*time.Millisecond, 80*time.Millisecond)
 		if !spec.noPrestop {

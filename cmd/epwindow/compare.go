@@ -24,11 +24,14 @@ func compareCommand() *cli.Command {
 		UsageText: `epwindow compare before-upgrade.jsonl after-upgrade.jsonl
    epwindow compare --max-p99 window=3s --max-p99 upstream_removed=2s --max-regression 20% base.jsonl new.jsonl`,
 		Description: `For every stage and stage-to-stage delta, shows the change of p50, p95 and p99 with a seeded
-bootstrap confidence interval (99%), and a verdict: worse (or better) only when the interval of the
-change excludes 0 AND the change reaches --min-change and --min-change-pct of the baseline, on a
-quantile with at least 5 trials of each run above it (p50 from 10 trials, p95 from 100). Noise is
-"same". Thresholds gate a pipeline: --max-p99 caps a stage's p99 in NEW, --max-regression caps the
-growth of a quantile judged worse. Exit codes: 0 met, 2 bad input, 3 breached.`,
+bootstrap confidence interval, and a verdict: worse (or better) only when the interval of the change
+excludes 0 AND the change reaches --min-change and --min-change-pct of the baseline, on a quantile
+with at least 5 trials of each run above it (p50 from 10 trials, p95 from 100). Each interval is at
+1 − 5%/tests, tests being the metric × quantile tests actually judged (Bonferroni), so two runs of
+one setup are called different with at most 5% chance. Each quantile shows the smallest change the
+run sizes could have detected: "same" is not "proved equal". Thresholds gate a pipeline: --max-p99
+caps a stage's p99 in NEW, --max-regression caps the growth of a quantile judged worse.
+Exit codes: 0 met, 2 bad input, 3 breached.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text or json"},
 			&cli.StringSliceFlag{Name: flagMaxP99, Usage: "fail (exit 3) when NEW's p99 of a stage exceeds a bound, e.g. window=3s (repeatable; a delta as from->to)"},
@@ -95,8 +98,8 @@ func runCompare(c *cli.Context) error {
 			fmt.Fprintf(c.App.ErrWriter, "epwindow compare: %s: the run was interrupted; comparing its %d finished trials\n", path, len(file.Trials))
 		}
 		runs[i] = results.Summarize(file, results.Options{})
-		if runs[i].Doc().Valid == 0 {
-			return cli.Exit(fmt.Sprintf("epwindow compare: %s holds no valid trial: nothing to compare", path), exitUsage)
+		if len(runs[i].Metrics()) == 0 {
+			return cli.Exit(fmt.Sprintf("epwindow compare: %s holds no valid trial: no stage was measured soundly, nothing to compare", path), exitUsage)
 		}
 	}
 	cmp := results.Compare(runs[0], runs[1], opts)

@@ -18,6 +18,9 @@ const (
 	// exitForbidden: a permission measure needs is missing; nothing was
 	// created.
 	exitForbidden = 5
+	// exitLowerBound: measured, but the recommendation is only a lower
+	// bound: its order statistic fell on a trial cut at --hold.
+	exitLowerBound = 6
 	// exitInterrupted: stopped by SIGINT/SIGTERM after cleaning up.
 	exitInterrupted = 130
 )

@@ -65,7 +65,9 @@ func measureFlags() []cli.Flag {
 	fs := append(kubeFlags(), workloadFlags()...)
 	return append(fs,
 		&cli.StringFlag{Name: measure.FlagNamespace, Aliases: []string{"n"}, Usage: "run in this existing namespace (RBAC: deploy/rbac/namespaced) instead of creating epwindow-<id>; only the run's own objects there are created and deleted", Category: "Cluster"},
-		&cli.IntFlag{Name: measure.FlagTrials, Value: 20, Usage: "deletions to time", Category: "Trials"},
+		&cli.IntFlag{Name: measure.FlagTrials, Value: defaultTrials, Usage: fmt.Sprintf("deletions to time; the largest of %d bounds the p95 at 95%% (the p99 needs 299)", defaultTrials), Category: "Trials"},
+		&cli.Float64Flag{Name: flagQuantile, Value: results.DefaultQuantile, Usage: "share of deletions the recommended preStop covers, as an upper confidence bound", Category: "Trials"},
+		&cli.Float64Flag{Name: flagConfidence, Value: results.DefaultConfidence, Usage: "confidence of that bound", Category: "Trials"},
 		&cli.StringFlag{Name: measure.FlagMode, Value: string(measure.ModeDelete), Usage: "delete: one pod at a time", Category: "Trials"},
 		&cli.DurationFlag{Name: measure.FlagQuietPeriod, Value: 3 * time.Second, Usage: "no traffic for this long after the address left every upstream list ends a trial", Category: "Trials"},
 		&cli.DurationFlag{Name: measure.FlagTrialJitter, Value: 3 * time.Second, Usage: "pause up to this long before each deletion, so deletions meet every phase of an ingress that reprograms periodically (Skipper polls every 3s); 0 = none", Category: "Trials"},
@@ -95,6 +97,11 @@ func measureFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagMaxRegression, Usage: "fail (exit 3) when a quantile judged worse than --baseline grew by more, e.g. 20%", Category: "Gate"},
 	)
 }
+
+// defaultTrials is the least n whose maximum bounds the default quantile at
+// the default confidence (results.TrialsNeeded(0.95, 0.95) = 59): a default
+// run makes a true claim about 95% of deletions.
+const defaultTrials = 59
 
 // measureConfig turns flags into a typed, validated measure.Config.
 func measureConfig(c *cli.Context) (measure.Config, error) {
@@ -188,6 +195,10 @@ func runMeasure(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("epwindow measure: "+err.Error(), exitUsage)
 	}
+	opts, err := measureOptions(c)
+	if err != nil {
+		return cli.Exit("epwindow measure: "+err.Error(), exitUsage)
+	}
 	thresholds, baseline, err := gateConfig(c)
 	if err != nil {
 		return cli.Exit("epwindow measure: "+err.Error(), exitUsage)
@@ -214,7 +225,7 @@ func runMeasure(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("epwindow measure: --%s: %v", measure.FlagOut, err), exitUsage)
 	}
 	defer f.Close()
-	sink := &fileSink{w: results.NewWriter(f)}
+	sink := &fileSink{w: results.NewWriter(f), opts: opts, hold: cfg.PreStopSleep + cfg.Hold}
 	prog := newProgress(c.App.ErrWriter, cfg.Trials)
 	runErr := measure.Run(c.Context, cfg, sink, prog.update)
 	prog.done()
@@ -230,7 +241,7 @@ func runMeasure(c *cli.Context) error {
 		}
 	}
 	if sink.header != nil {
-		sum := results.NewSummary(sink.header, results.Options{})
+		sum := results.NewSummary(sink.header, opts)
 		for _, r := range sink.trials {
 			sum.Add(r)
 		}
@@ -246,9 +257,15 @@ func runMeasure(c *cli.Context) error {
 			return cli.Exit("epwindow measure: render report: "+err.Error(), exitFailure)
 		}
 		fmt.Fprintf(c.App.Writer, "\nresults: %s  (epwindow report --format markdown %s)\n", outPath, outPath)
+		for _, h := range hints(sum) {
+			fmt.Fprintf(c.App.ErrWriter, "epwindow measure: %s\n", h)
+		}
 		if runErr == nil {
 			if code, err := gate(c.App.Writer, sum, thresholds, baseline); err != nil {
 				return cli.Exit("epwindow measure: "+err.Error(), code)
+			}
+			if r := sum.Doc().Recommendation; r.LowerBound() {
+				return cli.Exit(fmt.Sprintf("epwindow measure: the recommendation is only a lower bound (preStop ≥ %ds): rerun with a longer --%s", r.PreStopSeconds, measure.FlagHold), exitLowerBound)
 			}
 		}
 	}
@@ -265,15 +282,33 @@ func runMeasure(c *cli.Context) error {
 	}
 }
 
+// measureOptions reads measure's --quantile and --confidence.
+func measureOptions(c *cli.Context) (results.Options, error) {
+	q, conf := c.Float64(flagQuantile), c.Float64(flagConfidence)
+	if err := errors.Join(fraction(flagQuantile, q), fraction(flagConfidence, conf)); err != nil {
+		return results.Options{}, err
+	}
+	return results.Options{Quantile: q, Confidence: conf}, nil
+}
+
 // fileSink writes each record as it comes and keeps the trials for the
 // final summary.
 type fileSink struct {
 	w      *results.Writer
+	opts   results.Options
+	hold   time.Duration
 	header *results.Header
 	trials []*results.Record
 }
 
+// Header writes the run's header with the recommendation settings and the
+// hold, so that a report of the file bounds what the run was asked for and
+// knows where its trials were cut.
 func (s *fileSink) Header(h *results.Header) error {
+	h.Quantile, h.Confidence = s.opts.Quantile, s.opts.Confidence
+	if h.HoldNS == 0 {
+		h.HoldNS = int64(s.hold)
+	}
 	s.header = h
 	return s.w.WriteHeader(h)
 }

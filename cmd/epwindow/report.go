@@ -19,6 +19,7 @@ const (
 	flagMargin              = "margin"
 	flagHeadroom            = "headroom"
 	flagQuantile            = "quantile"
+	flagConfidence          = "confidence"
 	flagDeregistrationDelay = "deregistration-delay"
 )
 
@@ -42,7 +43,8 @@ it finished, and says so. The bootstrap is seeded: the same file always renders 
 			&cli.DurationFlag{Name: measure.FlagDrain, Usage: "longest request your app serves after SIGTERM (default: the run's --drain)"},
 			&cli.DurationFlag{Name: flagMargin, Value: results.DefaultMargin, Usage: "least margin added to the covered quantile (the worst observer resolution raises it)"},
 			&cli.DurationFlag{Name: flagHeadroom, Value: results.DefaultHeadroom, Usage: "added to preStop + drain for terminationGracePeriodSeconds"},
-			&cli.Float64Flag{Name: flagQuantile, Value: results.DefaultQuantile, Usage: "quantile of (traffic end − prestop_called) the preStop covers"},
+			&cli.Float64Flag{Name: flagQuantile, Usage: fmt.Sprintf("share of deletions the preStop covers, bounded from above with --%s (default: the run's, else %g)", flagConfidence, results.DefaultQuantile)},
+			&cli.Float64Flag{Name: flagConfidence, Usage: fmt.Sprintf("confidence of that upper bound (default: the run's, else %g)", results.DefaultConfidence)},
 			&cli.DurationFlag{Name: flagDeregistrationDelay, Usage: "a load balancer's deregistration delay the preStop must exceed (default: the run's)"},
 		},
 		OnUsageError: usageError("report"),
@@ -59,16 +61,18 @@ func usageError(cmd string) cli.OnUsageErrorFunc {
 
 // reportOptions turns report's flags into results.Options.
 func reportOptions(c *cli.Context) (results.Options, error) {
+	q, conf, err := boundFlags(c)
 	o := results.Options{
-		Quantile:            c.Float64(flagQuantile),
+		Quantile:            q,
+		Confidence:          conf,
 		Margin:              c.Duration(flagMargin),
 		Drain:               c.Duration(measure.FlagDrain),
 		Headroom:            c.Duration(flagHeadroom),
 		DeregistrationDelay: c.Duration(flagDeregistrationDelay),
 	}
 	switch {
-	case o.Quantile <= 0 || o.Quantile >= 1:
-		return o, fmt.Errorf("--%s %v: want a fraction between 0 and 1, e.g. 0.99", flagQuantile, o.Quantile)
+	case err != nil:
+		return o, err
 	case o.Margin <= 0:
 		return o, fmt.Errorf("--%s %v: want a positive duration", flagMargin, o.Margin)
 	case o.Headroom <= 0:
@@ -79,6 +83,32 @@ func reportOptions(c *cli.Context) (results.Options, error) {
 		return o, fmt.Errorf("--%s %v: must not be negative", flagDeregistrationDelay, o.DeregistrationDelay)
 	}
 	return o, nil
+}
+
+// boundFlags reads --quantile and --confidence: each a fraction strictly
+// between 0 and 1 when given, 0 (the run's, then the default) when not.
+func boundFlags(c *cli.Context) (q, conf float64, err error) {
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{flagQuantile, &q}, {flagConfidence, &conf}} {
+		if !c.IsSet(f.name) {
+			continue
+		}
+		*f.v = c.Float64(f.name)
+		if err := fraction(f.name, *f.v); err != nil {
+			return 0, 0, err
+		}
+	}
+	return q, conf, nil
+}
+
+// fraction checks that flag's value v lies strictly between 0 and 1.
+func fraction(flag string, v float64) error {
+	if !(v > 0 && v < 1) {
+		return fmt.Errorf("--%s %v: want a fraction strictly between 0 and 1, e.g. 0.95", flag, v)
+	}
+	return nil
 }
 
 // readResults decodes a results file; "-" is standard input.
@@ -137,6 +167,9 @@ func runReport(c *cli.Context) error {
 		if err := results.NewPlotReporter(sum)(c.App.Writer); err != nil {
 			return cli.Exit("epwindow report: "+err.Error(), exitFailure)
 		}
+	}
+	for _, h := range hints(sum) {
+		fmt.Fprintf(c.App.ErrWriter, "epwindow report: %s\n", h)
 	}
 	return nil
 }
