@@ -80,7 +80,7 @@ func TestMeasureInExistingNamespace(t *testing.T) {
 	}
 	for _, r := range file.Trials {
 		if !r.Valid {
-			t.Errorf("trial %d invalid: %v", r.Trial, r.Invalid)
+			t.Errorf("trial %d invalid: %v", r.Trial, r.InvalidReason())
 		}
 	}
 

@@ -85,7 +85,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 	var sigterm, prestop []time.Duration
 	for _, r := range sink.Records {
 		if !r.Valid {
-			t.Errorf("trial %d invalid: %s", r.Trial, r.Invalid)
+			t.Errorf("trial %d invalid: %s", r.Trial, r.InvalidReason())
 			continue
 		}
 		for _, st := range []string{results.StageDeleteSent, results.StageDeleteAcked, results.StagePodTerminatingSeen,
@@ -157,7 +157,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		var s2, p2 []time.Duration
 		for _, r := range skewed.Records {
 			if !r.Valid {
-				t.Fatalf("trial %d invalid: %s", r.Trial, r.Invalid)
+				t.Fatalf("trial %d invalid: %s", r.Trial, r.InvalidReason())
 			}
 			if d := time.Duration(r.SkewNS) - 2*time.Second; d < -20*time.Millisecond || d > 20*time.Millisecond {
 				t.Errorf("trial %d: skew estimate %s, want 2s ± 20ms", r.Trial, time.Duration(r.SkewNS))
@@ -184,7 +184,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		roll := run(t, cfg)
 		for _, r := range roll.Records {
 			if !r.Valid {
-				t.Errorf("trial %d invalid: %s", r.Trial, r.Invalid)
+				t.Errorf("trial %d invalid: %s", r.Trial, r.InvalidReason())
 				continue
 			}
 			if r.T0Source != results.StagePodTerminatingSeen {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/results"
 )
 
 // The modes of the observer's proxy.
@@ -114,17 +115,21 @@ func TestObserverBlindMarksTrialsInvalid(t *testing.T) {
 	}
 	replica := "skipper/" + p.routesURL()
 	for _, r := range sink.Records {
-		t.Logf("trial %d: valid %v %s", r.Trial, r.Valid, r.Invalid)
+		t.Logf("trial %d: valid %v %s", r.Trial, r.Valid, r.InvalidReason())
 		switch r.Trial {
 		case 2, 4:
 			if r.Valid {
 				t.Errorf("trial %d: the observer was blind in it, yet it is valid", r.Trial)
-			} else if !strings.Contains(r.Invalid, replica) {
-				t.Errorf("trial %d: invalid reason %q does not name the observer replica %s", r.Trial, r.Invalid, replica)
+			} else if !strings.Contains(r.InvalidReason(), replica) {
+				t.Errorf("trial %d: invalid reason %q does not name the observer replica %s", r.Trial, r.InvalidReason(), replica)
+			} else if !r.PointValid(results.PointWindow) || r.PointValid(results.StageUpstreamRemoved) {
+				// A blind observer corrupts only the upstream stages.
+				t.Errorf("trial %d (%s): window valid %v, upstream_removed valid %v; want only the upstream stages out",
+					r.Trial, r.InvalidReason(), r.PointValid(results.PointWindow), r.PointValid(results.StageUpstreamRemoved))
 			}
 		default:
 			if !r.Valid {
-				t.Errorf("trial %d, with the observer seeing, invalid: %s", r.Trial, r.Invalid)
+				t.Errorf("trial %d, with the observer seeing, invalid: %s", r.Trial, r.InvalidReason())
 			}
 		}
 	}
@@ -157,7 +162,7 @@ func TestObserverBlindStopsOnFlag(t *testing.T) {
 		t.Fatalf("%d trial records, want 2 (the valid first, the blind second)", len(sink.Records))
 	}
 	if !sink.Records[0].Valid {
-		t.Errorf("trial 1 invalid: %s", sink.Records[0].Invalid)
+		t.Errorf("trial 1 invalid: %s", sink.Records[0].InvalidReason())
 	}
 	if sink.Records[1].Valid {
 		t.Errorf("trial 2, blind, is valid")

@@ -71,7 +71,7 @@ func TestBatchPeriodGroundTruth(t *testing.T) {
 			for _, r := range s.trials {
 				d, ok := r.Offset(results.StageSliceNotReady)
 				if !ok {
-					t.Fatalf("trial %d: no slice_not_ready (%s)", r.Trial, r.Invalid)
+					t.Fatalf("trial %d: no slice_not_ready (%s)", r.Trial, r.InvalidReason())
 				}
 				got = append(got, d)
 			}
