@@ -25,7 +25,7 @@ func (r *runner) deletions(ctx context.Context, sink Sink) error {
 			return err
 		}
 		if i < cfg.Trials {
-			if err := r.waitSteady(ctx, rec); err != nil {
+			if err := r.waitSteady(ctx); err != nil {
 				return err
 			}
 		}

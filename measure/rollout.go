@@ -75,7 +75,7 @@ func (r *runner) rollouts(ctx context.Context, sink Sink) error {
 		if err := g.Wait(); err != nil {
 			return err
 		}
-		if err := r.waitSteady(ctx, nil); err != nil {
+		if err := r.waitSteady(ctx); err != nil {
 			return err
 		}
 	}

@@ -206,7 +206,7 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 	r.gen = gen
 	g.Go(func() error { return gen.Run(ctx) })
 
-	if err := r.waitSteady(ctx, nil); err != nil {
+	if err := r.waitSteady(ctx); err != nil {
 		return err
 	}
 	h := &results.Header{

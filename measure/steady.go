@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/epwindow/epwindow/deploy"
-	"github.com/epwindow/epwindow/results"
 )
 
 // steadyPods returns the probe pods that are Running, Ready and not
@@ -39,7 +38,7 @@ func podReady(p *corev1.Pod) bool {
 
 // waitSteady waits until all replicas are Ready, ready in the slices, listed
 // by every observed upstream, and each has served load since the wait began.
-func (r *runner) waitSteady(ctx context.Context, _ *results.Record) error {
+func (r *runner) waitSteady(ctx context.Context) error {
 	start := r.cfg.Clock.Now()
 	deadline := time.NewTimer(r.cfg.SettleTimeout)
 	defer deadline.Stop()

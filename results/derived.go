@@ -99,13 +99,6 @@ func (r *Record) Offset(name string) (time.Duration, bool) {
 	return r.offset(s), true
 }
 
-// UpstreamRemoved is the offset at which the last observed controller
-// replica stopped routing new traffic to the pod: the max over
-// "observer/replica" keys.
-func (r *Record) UpstreamRemoved() (time.Duration, bool) {
-	return r.Offset(StageUpstreamRemoved)
-}
-
 // TrafficEnd is the offset of the last traffic that reached the probe:
 // max(last_accept over peers, last_request).
 func (r *Record) TrafficEnd() (time.Duration, bool) {

@@ -92,8 +92,8 @@ func TestRecordDerived(t *testing.T) {
 func TestUpstreamRemovedAndFallback(t *testing.T) {
 	r := rec(st(StageUpstreamRemoved, "skipper/a", time.Second), st(StageUpstreamRemoved, "skipper/b", 2*time.Second),
 		st(StageLastRequest, "", 1500*time.Millisecond), st(StageSigterm, "", 100*time.Millisecond))
-	if d, ok := r.UpstreamRemoved(); !ok || d != 2*time.Second {
-		t.Errorf("UpstreamRemoved = %v, %v; want 2s", d, ok)
+	if d, ok := r.Offset(StageUpstreamRemoved); !ok || d != 2*time.Second {
+		t.Errorf("Offset(upstream_removed) = %v, %v; want 2s (the later replica)", d, ok)
 	}
 	if s, ok := r.StageKey(StageUpstreamRemoved, "skipper/a"); !ok || s.Offset() != time.Second {
 		t.Errorf("StageKey(skipper/a) = %v, %v", s, ok)
