@@ -21,6 +21,14 @@ type probeClient struct {
 	port   int32
 }
 
+// probeAPI is what the runner asks of a probe pod through the API server's
+// pod proxy (probeClient); tests give the runner a fake.
+type probeAPI interface {
+	timeline(ctx context.Context, pod string) (*probe.Timeline, error)
+	release(ctx context.Context, pod string) error
+	probeClock(ctx context.Context, pod string) (time.Time, error)
+}
+
 func (p probeClient) portName(pod string) string {
 	return pod + ":" + strconv.Itoa(int(p.port))
 }

@@ -68,7 +68,7 @@ func (r *runner) rollouts(ctx context.Context, sink Sink) error {
 			case <-gctx.Done():
 				return errors.Join(g.Wait(), context.Cause(gctx))
 			case <-r.watch.changed:
-			case <-time.After(pollEvery):
+			case <-r.cfg.Clock.After(pollEvery):
 			}
 		}
 		r.watch.setFollow(nil)

@@ -56,7 +56,7 @@ type runner struct {
 	tracker   *upstream.Tracker
 	heartbeat *heartbeat
 	gen       *load.Generator
-	probes    probeClient
+	probes    probeAPI
 	progress  func(Progress)
 
 	pmu  sync.Mutex // rollout trials report concurrently

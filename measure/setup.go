@@ -101,6 +101,9 @@ func uidOf[T interface{ GetUID() types.UID }](o T, err error) (types.UID, error)
 // ownNamespace reports whether the run created r.ns (and deletes it).
 func (r *runner) ownNamespace() bool { return r.cfg.Namespace == "" }
 
+// cleanupPoll is how often cleanup checks whether what it deleted is gone.
+const cleanupPoll = 250 * time.Millisecond
+
 // cleanupTimeout bounds the whole cleanup.
 const cleanupTimeout = 2 * time.Minute
 
@@ -154,7 +157,7 @@ func (r *runner) deleteNamespace(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("clean up: namespace %s still terminating after %s; it will go by itself (check: kubectl get namespace %s)", r.ns, cleanupTimeout, r.ns)
-		case <-time.After(250 * time.Millisecond):
+		case <-r.cfg.Clock.After(cleanupPoll):
 		}
 	}
 }
@@ -196,7 +199,7 @@ func (r *runner) deleteObjects(ctx context.Context) error {
 		case <-ctx.Done():
 			return errors.Join(append(errs, fmt.Errorf("clean up: probe pods still terminating in %s after %s; they go by themselves (check: kubectl -n %s get pods -l %s)",
 				r.ns, cleanupTimeout, r.ns, r.podSelector()))...)
-		case <-time.After(250 * time.Millisecond):
+		case <-r.cfg.Clock.After(cleanupPoll):
 		}
 	}
 }

@@ -36,13 +36,16 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
+// steadyPoll is how often waitSteady re-checks steady state.
+const steadyPoll = 100 * time.Millisecond
+
 // waitSteady waits until all replicas are Ready, ready in the slices, listed
 // by every observed upstream, and each has served load since the wait began.
 func (r *runner) waitSteady(ctx context.Context) error {
 	start := r.cfg.Clock.Now()
-	deadline := time.NewTimer(r.cfg.SettleTimeout)
+	deadline := r.cfg.Clock.NewTimer(r.cfg.SettleTimeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := r.cfg.Clock.NewTicker(steadyPoll)
 	defer tick.Stop()
 	for {
 		why := r.steadyState(start)
@@ -53,9 +56,9 @@ func (r *runner) waitSteady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
-		case <-deadline.C:
+		case <-deadline.C():
 			return fmt.Errorf("no steady state after %s (--%s): %s", r.cfg.SettleTimeout, FlagSettle, why)
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }

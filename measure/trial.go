@@ -103,7 +103,7 @@ func (r *runner) follow(ctx context.Context, in trialInput, uid types.UID) (*res
 	var tl *probe.Timeline
 	var tlErr error
 	holdEnd := in.t0.Add(cfg.PreStopSleep + cfg.Hold)
-	tick := time.NewTicker(pollEvery)
+	tick := cfg.Clock.NewTicker(pollEvery)
 	defer tick.Stop()
 	hitHold := false
 	for {
@@ -129,7 +129,7 @@ func (r *runner) follow(ctx context.Context, in trialInput, uid types.UID) (*res
 		case <-ctx.Done():
 			r.watch.end(uid)
 			return nil, context.Cause(ctx)
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 	if hitHold {
@@ -150,7 +150,7 @@ func (r *runner) follow(ctx context.Context, in trialInput, uid types.UID) (*res
 	r.report(Progress{Phase: "trial", Trial: i, Stage: "released"})
 
 	// Wait for the pod object to go and the address to leave every slice.
-	deadline := time.NewTimer(r.grace() + 30*time.Second)
+	deadline := cfg.Clock.NewTimer(r.grace() + 30*time.Second)
 	defer deadline.Stop()
 wait:
 	for {
@@ -162,12 +162,12 @@ wait:
 		case <-ctx.Done():
 			r.watch.end(uid)
 			return nil, context.Cause(ctx)
-		case <-deadline.C:
+		case <-deadline.C():
 			in.reasons = append(in.reasons, results.Reason{Code: results.ReasonRemovalTimeout,
 				Detail: fmt.Sprintf("the pod or its endpoint was not removed within the grace period + 30s (%s)", r.grace()+30*time.Second)})
 			break wait
 		case <-r.watch.changed:
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 	end := cfg.Clock.Now()
