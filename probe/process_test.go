@@ -469,6 +469,34 @@ func TestProcessListenDelayRefusesUntilOpen(t *testing.T) {
 	}
 }
 
+func TestProcessIgnoreSigtermServesUntilKilled(t *testing.T) {
+	p := startProbe(t, nil, "--pod-name", "probe-deaf", "--hold", "0s", "--ignore-sigterm")
+	c := dialProbe(t, p.addr)
+	c.expect(t, http.MethodGet, "/", 200)
+	// SIGTERM twice, as a kubelet never does but a user might: both ignored.
+	p.signal(t, syscall.SIGTERM)
+	p.waitLog(t, "sigterm")
+	p.signal(t, syscall.SIGTERM)
+	// --hold 0s would have ended a normal probe at once; this one still
+	// accepts new connections and stays ready.
+	dialProbe(t, p.addr).expect(t, http.MethodGet, "/", 200)
+	dialProbe(t, p.addr).expect(t, http.MethodGet, "/healthz", 200)
+	if p.exited() {
+		t.Fatal("the probe exited after SIGTERM with --ignore-sigterm")
+	}
+	// Only SIGKILL (the kubelet's, at the end of the grace period) ends it.
+	p.signal(t, syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(waitTimeout):
+		t.Fatal("probe still running after SIGKILL")
+	}
+	var ee *exec.ExitError
+	if !errors.As(p.exitErr, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("exit = %v, want killed by SIGKILL", p.exitErr)
+	}
+}
+
 func TestProcessHoldExpiresByItself(t *testing.T) {
 	// POD_NAME from the environment, as the downward API sets it.
 	p := startProbe(t, []string{"POD_NAME=probe-from-env"}, "--hold", "1s")

@@ -54,6 +54,11 @@ type Config struct {
 	// ExitOnSigterm closes the listener at SIGTERM and exits without holding:
 	// the fast-exiting app of the incidents (--exit-on-sigterm).
 	ExitOnSigterm bool
+	// IgnoreSigterm stamps SIGTERM and otherwise ignores it: the probe keeps
+	// serving, /healthz stays 200, and only SIGKILL at the end of the grace
+	// period (exit 137) or a cancelled context stops it — the app whose
+	// shutdown is paid out of the kill deadline (--ignore-sigterm).
+	IgnoreSigterm bool
 	// ReadyAfterSigterm keeps /healthz at 200 after SIGTERM
 	// (--ready-after-sigterm); by default it turns 503, so the kubelet marks
 	// the pod not Ready and its endpoint stops serving.
@@ -99,6 +104,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPeers < 0 {
 		errs = append(errs, fmt.Errorf("--max-peers (%d) must not be negative", c.MaxPeers))
+	}
+	if c.IgnoreSigterm && c.ExitOnSigterm {
+		errs = append(errs, errors.New("--ignore-sigterm and --exit-on-sigterm exclude each other"))
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout (%s) must be positive", c.ShutdownTimeout))
@@ -196,7 +204,7 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("started", "pod", cfg.PodName, "addr", ln.Addr().String(), "listener_open", opened,
 		"listen_delay", cfg.ListenDelay.String(), "hold", cfg.Hold.String(),
-		"exit_on_sigterm", cfg.ExitOnSigterm, "clock_offset", cfg.ClockOffset.String())
+		"exit_on_sigterm", cfg.ExitOnSigterm, "ignore_sigterm", cfg.IgnoreSigterm, "clock_offset", cfg.ClockOffset.String())
 
 	fail := func(err error) error {
 		srv.Close()
@@ -215,6 +223,19 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 	case <-sigterm:
 	}
 	at, _ := p.rec.Sigterm()
+	if cfg.IgnoreSigterm {
+		// Nothing changes for the clients: no listener closed, /healthz
+		// stays 200. The kubelet's SIGKILL ends it.
+		log.Info("sigterm", "at", at, "ignored", true)
+		select {
+		case err := <-serveErr:
+			return fail(err)
+		case <-ctx.Done():
+			srv.Close()
+			p.finish("stopped while ignoring sigterm")
+			return nil
+		}
+	}
 	p.terminating.Store(true)
 
 	if cfg.ExitOnSigterm {

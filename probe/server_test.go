@@ -419,6 +419,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative hold", func(c *Config) { c.Hold = -time.Second }, "--hold"},
 		{"negative peers", func(c *Config) { c.MaxPeers = -1 }, "--max-peers"},
 		{"zero shutdown", func(c *Config) { c.ShutdownTimeout = 0 }, "--shutdown-timeout"},
+		{"ignore and exit on sigterm", func(c *Config) { c.IgnoreSigterm, c.ExitOnSigterm = true, true }, "--ignore-sigterm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok

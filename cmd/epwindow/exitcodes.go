@@ -21,6 +21,9 @@ const (
 	// exitLowerBound: measured, but the recommendation is only a lower
 	// bound: its order statistic fell on a trial cut at --hold.
 	exitLowerBound = 6
+	// exitBlind: verify's self-test saw no failure from its broken canary,
+	// so the gate cannot fail on this cluster; the Deployment was not touched.
+	exitBlind = 7
 	// exitInterrupted: stopped by SIGINT/SIGTERM after cleaning up.
 	exitInterrupted = 130
 )

@@ -29,6 +29,7 @@ func newApp() *cli.App {
 			compareCommand(),
 			lintCommand(),
 			policyCommand(),
+			verifyCommand(),
 		},
 		EnableBashCompletion: true,
 	}

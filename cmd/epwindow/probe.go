@@ -21,6 +21,7 @@ const (
 	flagHold              = "hold"
 	flagExitOnSigterm     = "exit-on-sigterm"
 	flagReadyAfterSigterm = "ready-after-sigterm"
+	flagIgnoreSigterm     = "ignore-sigterm"
 	flagClockOffset       = "clock-offset"
 	flagTerminationLog    = "termination-log"
 	flagMaxPeers          = "max-peers"
@@ -65,7 +66,9 @@ that causes 502s during rollouts. --listen-delay opens the listener only
 after a while, like an app that loads its configuration first: until then
 the port refuses connections, /healthz included, so a readiness probe keeps
 the pod out of the Service and, without one, the pod is routed to before it
-listens. --clock-offset is fault injection: it shifts
+listens. --ignore-sigterm stamps SIGTERM and keeps serving (and ready)
+until the kubelet's SIGKILL: the app that exits 137. --clock-offset is
+fault injection: it shifts
 every instant the probe reports, to test skew correction.
 
 It writes nothing but the termination log, so it runs as non-root with a
@@ -77,6 +80,7 @@ read-only root filesystem. Logs are JSON lines on stderr, one per state change
 			&cli.StringFlag{Name: flagPodName, EnvVars: []string{"POD_NAME"}, Usage: "name reported in responses and the record (default: the host name)"},
 			&cli.DurationFlag{Name: flagHold, Value: probe.DefaultHold, Usage: "how long to keep serving after SIGTERM unless released by POST /release"},
 			&cli.BoolFlag{Name: flagExitOnSigterm, Usage: "close the listener at SIGTERM and exit without holding (the incident's app)"},
+			&cli.BoolFlag{Name: flagIgnoreSigterm, Usage: "stamp SIGTERM and otherwise ignore it (keep serving, stay ready) until SIGKILL: the app that exits 137 at the end of the grace period"},
 			&cli.BoolFlag{Name: flagReadyAfterSigterm, Usage: "keep /healthz at 200 after SIGTERM"},
 			&cli.DurationFlag{Name: flagClockOffset, Usage: "fault injection: add this (may be negative) to every instant reported"},
 			&cli.StringFlag{Name: flagTerminationLog, Value: probe.DefaultTerminationLog, Usage: "file the record is written to at exit (empty: none)"},
@@ -95,6 +99,7 @@ func probeConfig(c *cli.Context) (probe.Config, error) {
 		PodName:           c.String(flagPodName),
 		Hold:              c.Duration(flagHold),
 		ExitOnSigterm:     c.Bool(flagExitOnSigterm),
+		IgnoreSigterm:     c.Bool(flagIgnoreSigterm),
 		ReadyAfterSigterm: c.Bool(flagReadyAfterSigterm),
 		ClockOffset:       c.Duration(flagClockOffset),
 		TerminationLog:    c.String(flagTerminationLog),
@@ -122,7 +127,9 @@ func runProbe(c *cli.Context) error {
 	// the probe SIGTERM starts the hold, it does not stop anything. So the
 	// probe handles SIGTERM and SIGINT itself: the first one (or main's
 	// cancellation, should a signal arrive before this Notify) starts the
-	// hold; a second signal stops the probe at once.
+	// hold; a second signal stops the probe at once. With --ignore-sigterm
+	// every SIGTERM is ignored and only SIGINT stops it (SIGKILL, the
+	// kubelet's, needs no handling).
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sigs)
@@ -146,7 +153,15 @@ func runProbe(c *cli.Context) error {
 			case <-parent:
 				parent = nil
 				term()
-			case <-sigs:
+			case sig := <-sigs:
+				if cfg.IgnoreSigterm {
+					if sig == os.Interrupt {
+						stop()
+						return
+					}
+					term()
+					continue
+				}
 				if n++; n == 1 {
 					term()
 				} else {

@@ -54,6 +54,9 @@ type Config struct {
 	// load shows the refused connects that users of non-idempotent APIs see
 	// as 502s.
 	Method string
+	// Body is what a POST carries; empty means a short fixed body. Any
+	// body makes the request non-idempotent, which is what matters here.
+	Body string
 }
 
 // Validate reports the first problem with c, naming the flag to change.

@@ -216,7 +216,11 @@ func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 	}
 	var body io.Reader
 	if g.cfg.Method == http.MethodPost {
-		body = strings.NewReader(postBody)
+		b := g.cfg.Body
+		if b == "" {
+			b = postBody
+		}
+		body = strings.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), g.cfg.Method, g.url, body)
 	if err != nil {
@@ -378,6 +382,15 @@ func (g *Generator) Failures(from, to time.Time) map[string]int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.failures.count(from, to)
+}
+
+// FailureEvents lists the kept failed requests whose scheduled instant lies
+// in [from, to) on the tool's clock, in order of that instant; a zero from or
+// to leaves that side open. Completeness is as for Failures.
+func (g *Generator) FailureEvents(from, to time.Time) []Failure {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failures.list(from, to)
 }
 
 // Totals returns a snapshot of the run so far.

@@ -3,6 +3,7 @@ package load
 import (
 	"math"
 	"math/bits"
+	"sort"
 	"sync/atomic"
 	"time"
 )
@@ -208,22 +209,52 @@ func (f *failureRing) keptSince() time.Time {
 	return time.Unix(0, f.lost+1)
 }
 
-// count counts the kept events with from ≤ at < to by kind; a zero from or
-// to leaves that side open.
-func (f *failureRing) count(from, to time.Time) map[string]int {
-	out := map[string]int{}
-	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+// Failure is one failed request: its scheduled instant (tool clock) and
+// kind (the Kind* constants, or "status_<code>").
+type Failure struct {
+	At   time.Time
+	Kind string
+}
+
+// list returns the kept events with from ≤ at < to, sorted by instant.
+func (f *failureRing) list(from, to time.Time) []Failure {
+	lo, hi := bounds(from, to)
+	var out []Failure
+	for _, e := range f.kept() {
+		if e.at >= lo && e.at < hi {
+			out = append(out, Failure{At: time.Unix(0, e.at), Kind: f.kinds[e.kind]})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out
+}
+
+// kept is the part of the ring that holds events.
+func (f *failureRing) kept() []failureEvent {
+	if f.wrapped {
+		return f.events
+	}
+	return f.events[:f.next]
+}
+
+// bounds turns [from, to) into unix ns, a zero instant meaning open.
+func bounds(from, to time.Time) (lo, hi int64) {
+	lo, hi = math.MinInt64, math.MaxInt64
 	if !from.IsZero() {
 		lo = from.UnixNano()
 	}
 	if !to.IsZero() {
 		hi = to.UnixNano()
 	}
-	n := f.next
-	if f.wrapped {
-		n = len(f.events)
-	}
-	for _, e := range f.events[:n] {
+	return lo, hi
+}
+
+// count counts the kept events with from ≤ at < to by kind; a zero from or
+// to leaves that side open.
+func (f *failureRing) count(from, to time.Time) map[string]int {
+	out := map[string]int{}
+	lo, hi := bounds(from, to)
+	for _, e := range f.kept() {
 		if e.at >= lo && e.at < hi {
 			out[f.kinds[e.kind]]++
 		}

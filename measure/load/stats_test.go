@@ -3,6 +3,7 @@ package load
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -82,5 +83,15 @@ func TestFailureRing(t *testing.T) {
 	got := f.count(time.Time{}, time.Time{})
 	if got[KindRefused] != 1 || got[KindTimeout] != 2 || got[KindReset] != 1 {
 		t.Errorf("count(all) after wrap = %v, want refused 1, timeout 2, reset 1", got)
+	}
+	// list: the kept events in [15ms, 50ms), in order of instant although
+	// the 15 ms one was filed after the 40 ms one.
+	list := f.list(at(15), at(50))
+	var kinds []string
+	for _, e := range list {
+		kinds = append(kinds, e.Kind+"@"+e.At.Sub(t0).String())
+	}
+	if want := "timeout@15ms refused@30ms timeout@40ms"; strings.Join(kinds, " ") != want {
+		t.Errorf("list([15ms, 50ms)) = %v, want %s", kinds, want)
 	}
 }
