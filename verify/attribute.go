@@ -36,38 +36,43 @@ type attribution struct {
 // scheduled instant) belongs to.
 //
 // With listener state (--check-port) a pod is a hazard while it can be
-// routed to but does not answer: a new pod from Ready until its first
-// answer (startup), a replaced pod from its first refusal (less one poll,
-// res, the resolution of that instant) until lag after its address left the
-// slices, lag being how long the ingress may still route to it (the window
-// estimate). When several pods are hazards at once, the one whose hazard
-// began last is the likeliest cause. Without listener state covering `at`,
-// the latest deletion or Ready before `at` is taken (timing): a rolling
-// update deletes an old pod right after a new one is Ready, so timing alone
-// cannot tell the sides apart when both happen within the window.
+// routed to but does not answer. A new pod from Ready until its first
+// answer (startup) is a certain hazard: its address is ready in the slices.
+// A replaced pod from its first refusal (less one poll, res, the resolution
+// of that instant) is a certain hazard while its address is still ready in
+// the slices, and a possible one for lag after it left them, lag being how
+// long the ingress may still route to it (the window estimate). A certain
+// hazard beats a possible one; among equals, the one that began last is the
+// likeliest cause. Without listener state covering `at`, the latest
+// deletion or Ready before `at` is taken (timing): a rolling update deletes
+// an old pod right after a new one is Ready, so timing alone cannot tell the
+// sides apart when both happen within the window.
 func attribute(at time.Time, pods []podTimes, res, lag time.Duration) attribution {
 	best := attribution{Side: SideUnknown, Basis: BasisTiming}
 	var bestStart time.Time
-	consider := func(start time.Time, a attribution) {
-		if bestStart.IsZero() || start.After(bestStart) {
-			bestStart, best = start, a
+	bestRank := 0
+	consider := func(rank int, start time.Time, a attribution) {
+		if rank > bestRank || rank == bestRank && (bestStart.IsZero() || start.After(bestStart)) {
+			bestRank, bestStart, best = rank, start, a
 		}
 	}
+	const timing, possible, certain = 1, 2, 3
 	for _, p := range pods {
 		if !p.Checked {
 			continue
 		}
 		if !p.Ready.IsZero() && !at.Before(p.Ready) && (p.FirstAnswer.IsZero() || at.Before(p.FirstAnswer)) {
-			consider(p.Ready, attribution{SideStartup, p.Name, at.Sub(p.Ready), BasisListener})
+			consider(certain, p.Ready, attribution{SideStartup, p.Name, at.Sub(p.Ready), BasisListener})
 		}
 		if !p.Deleted.IsZero() && !p.FirstRefusal.IsZero() {
 			start := p.FirstRefusal.Add(-res)
-			routed := p.FirstRefusal
-			if p.LeftSlices.After(routed) {
-				routed = p.LeftSlices
-			}
-			if !at.Before(start) && !at.After(routed.Add(lag)) {
-				consider(start, attribution{SideShutdown, p.Name, at.Sub(p.Deleted), BasisListener})
+			a := attribution{SideShutdown, p.Name, at.Sub(p.Deleted), BasisListener}
+			switch {
+			case at.Before(start):
+			case p.LeftSlices.IsZero() || at.Before(p.LeftSlices):
+				consider(certain, start, a)
+			case !at.After(p.LeftSlices.Add(lag)):
+				consider(possible, start, a)
 			}
 		}
 	}
@@ -76,10 +81,10 @@ func attribute(at time.Time, pods []podTimes, res, lag time.Duration) attributio
 	}
 	for _, p := range pods {
 		if !p.Deleted.IsZero() && !at.Before(p.Deleted) {
-			consider(p.Deleted, attribution{SideShutdown, p.Name, at.Sub(p.Deleted), BasisTiming})
+			consider(timing, p.Deleted, attribution{SideShutdown, p.Name, at.Sub(p.Deleted), BasisTiming})
 		}
 		if !p.Ready.IsZero() && !at.Before(p.Ready) {
-			consider(p.Ready, attribution{SideStartup, p.Name, at.Sub(p.Ready), BasisTiming})
+			consider(timing, p.Ready, attribution{SideStartup, p.Name, at.Sub(p.Ready), BasisTiming})
 		}
 	}
 	return best

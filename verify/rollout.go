@@ -188,7 +188,7 @@ func (r *runner) collect(ro *Rollout, tg *target, old map[types.UID]podState, be
 	pods := tg.track.snapshot()
 	var times []podTimes
 	for uid, p := range pods {
-		pt := podTimes{Name: p.name, Checked: tg.check, FirstAnswer: p.firstAnswer, FirstRefusal: p.firstRefusal}
+		pt := podTimes{Name: p.name, Checked: tg.check, FirstAnswer: p.firstAnswer, FirstRefusal: refusedBy(p)}
 		switch _, wasOld := old[uid]; {
 		case wasOld:
 			pt.Deleted, pt.LeftSlices = p.deleted, p.leftSlices
@@ -230,9 +230,23 @@ func (r *runner) collect(ro *Rollout, tg *target, old map[types.UID]podState, be
 	ro.Outcomes.OK = tg.gen.Totals().OK - okBefore
 }
 
+// refusedBy is the first instant a deleted pod did not answer: its first
+// failed read, else its object's removal (the kubelet removes it only after
+// every container exited and the pod's network is gone), which a pod that
+// exits at SIGTERM can reach before the next read.
+func refusedBy(p podState) time.Time {
+	if p.firstRefusal.IsZero() && !p.deleted.IsZero() {
+		return p.gone
+	}
+	return p.firstRefusal
+}
+
 // portCheck is the mechanism check of one replaced pod.
 func portCheck(p podState) PortCheck {
 	pc := PortCheck{Pod: p.name, Seen: !p.leftSlices.IsZero(), Error: p.refusalErr}
+	if p.firstRefusal.IsZero() && !p.gone.IsZero() {
+		pc.Error = "gone (its object deleted) before a read failed"
+	}
 	if pc.Seen {
 		pc.LeftSlicesNS = int64(p.leftSlices.Sub(p.deleted))
 	}
@@ -240,8 +254,8 @@ func portCheck(p podState) PortCheck {
 		d := int64(p.lastAnswer.Sub(p.deleted))
 		pc.LastAnswerNS = &d
 	}
-	if !p.firstRefusal.IsZero() {
-		d := int64(p.firstRefusal.Sub(p.deleted))
+	if r := refusedBy(p); !r.IsZero() {
+		d := int64(r.Sub(p.deleted))
 		pc.RefusedNS = &d
 	}
 	return pc

@@ -54,8 +54,14 @@ func TestAttribute(t *testing.T) {
 		// A poll interval before the first refusal is inside its hazard.
 		{"listener: within one poll of the refusal", checked, at(1016 - 100), SideShutdown, "old-1", -94 * time.Millisecond, BasisListener},
 		// 2500 ms: old-1 may still be routed (left 1020 + lag 3 s), but new-2
-		// (Ready, not answering) became a hazard later: startup.
-		{"listener: later hazard wins", checked, at(2500), SideStartup, "new-2", 500 * time.Millisecond, BasisListener},
+		// is Ready and not answering: a certain hazard beats a possible one.
+		{"listener: certain hazard wins", checked, at(2500), SideStartup, "new-2", 500 * time.Millisecond, BasisListener},
+		// old-3 refuses at 5000 ms while still ready in the slices (left at
+		// 5500): certain, and later than new-3's startup hazard.
+		{"listener: later certain hazard wins", append(checked,
+			podTimes{Name: "new-3", Ready: at(4800), Checked: true},
+			podTimes{Name: "old-3", Deleted: at(4900), LeftSlices: at(5500), Checked: true, FirstRefusal: at(5000)}),
+			at(5200), SideShutdown, "old-3", 300 * time.Millisecond, BasisListener},
 		// 4500 ms: new-2 answers, old-1's lag has passed: no hazard; the
 		// latest event before is old-2's deletion.
 		{"listener: no hazard falls back to timing", checked, at(4500), SideShutdown, "old-2", 2490 * time.Millisecond, BasisTiming},
