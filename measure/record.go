@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/epwindow/epwindow/measure/load"
 	"github.com/epwindow/epwindow/measure/upstream"
@@ -43,6 +44,10 @@ type trialInput struct {
 	// reasons are the faults follow saw (a stall, a broken watch, the
 	// hold); buildRecord adds what the data itself shows.
 	reasons []results.Reason
+	// replacement is the new pod claimed as this trial's replacement
+	// (rollout mode); "" lets the trial claim the first one created after
+	// T0 (delete mode).
+	replacement types.UID
 }
 
 // buildRecord assembles a trial's record. Pod-clock instants are corrected

@@ -48,6 +48,9 @@ func (r *runner) rollouts(ctx context.Context, sink Sink) error {
 				snap := r.watch.snapshot(uid)
 				in := r.newInput(gctx, trial, snap.lastPod, snap.addr)
 				in.t0, in.rollout = snap.t0, true
+				// The Deployment deletes an old pod once a new one is
+				// available: the k-th deletion is the k-th new pod's.
+				in.replacement, _ = r.watch.startups.claim(time.Time{})
 				g.Go(func() error {
 					rec, err := r.follow(gctx, in, uid)
 					if rec != nil {

@@ -223,6 +223,10 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		return fmt.Errorf("write results header: %w", err)
 	}
 
+	// Every pod created from here on replaces one a trial deletes.
+	if err := r.armStartups(); err != nil {
+		return err
+	}
 	if cfg.Mode == ModeRollout {
 		return r.rollouts(ctx, sink)
 	}

@@ -206,6 +206,7 @@ wait:
 			Detail: fmt.Sprintf("the %s watch broke at %s: %s", e.resource, e.at.Format(time.RFC3339Nano), e.err)})
 	}
 	rec := buildRecord(in)
+	r.recordStartup(ctx, rec, in.replacement, in.t0, end)
 	if cfg.StopOnBlindObserver {
 		for _, rm := range in.removals {
 			if rm.Blind > 0 {

@@ -47,6 +47,7 @@ func (w *watcher) podEvent(seen time.Time, obj any, deleted bool) {
 	if !ok {
 		return
 	}
+	w.startups.podEvent(seen, pod, deleted, w.cachedSlices)
 	w.mu.Lock()
 	defer w.notify()
 	defer w.mu.Unlock()
@@ -90,7 +91,18 @@ func (w *watcher) sliceEvent(seen time.Time) {
 		w.applySlices(tw, seen)
 	}
 	w.mu.Unlock()
+	w.startups.sliceEvent(seen, w.cachedSlices())
 	w.notify()
+}
+
+// cachedSlices are the Service's slices in the informer's cache (nil if
+// they cannot be listed).
+func (w *watcher) cachedSlices() []*discoveryv1.EndpointSlice {
+	slices, err := w.slices.EndpointSlices(w.ns).List(w.sliceSel)
+	if err != nil {
+		return nil
+	}
+	return slices
 }
 
 // applySlices applies the cached slices to tw; the caller holds w.mu.

@@ -52,6 +52,8 @@ type watcher struct {
 	// terminating pod begin a trial by itself: T0 is that sight.
 	follow   func(*corev1.Pod) bool
 	followed []*trialWatch // begun by follow, not yet taken by the runner
+	// startups follows the new pods (replacements), with a lock of its own.
+	startups *startups
 }
 
 type watchError struct {
@@ -63,7 +65,7 @@ type watchError struct {
 func newWatcher(client kubernetes.Interface, clk clock.PassiveClock, ns string, podSel labels.Selector, service string) *watcher {
 	sliceSel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: service})
 	w := &watcher{clock: clk, door: newDoor(clk), ns: ns, podSel: podSel,
-		sliceSel: sliceSel, changed: make(chan struct{}, 1), trials: map[types.UID]*trialWatch{}}
+		sliceSel: sliceSel, changed: make(chan struct{}, 1), trials: map[types.UID]*trialWatch{}, startups: newStartups()}
 	// The informers client-go's factories build (informers/core/v1/pod.go),
 	// with each watch passed through the door.
 	pods, slices := client.CoreV1().Pods(ns), client.DiscoveryV1().EndpointSlices(ns)

@@ -220,15 +220,12 @@ func judged(base, next *Summary, metric string, q float64) bool {
 	return true
 }
 
-// orderMetrics puts names in report order: Points, then Deltas, then the
-// rest as given.
+// orderMetrics puts names in report order (KnownMetrics), then the rest
+// as given.
 func orderMetrics(names []string) []string {
 	rank := map[string]int{}
-	for i, p := range Points {
-		rank[p] = i
-	}
-	for i, d := range Deltas {
-		rank[d.Name()] = len(Points) + i
+	for i, m := range KnownMetrics() {
+		rank[m] = i
 	}
 	out := slices.Clone(names)
 	slices.SortStableFunc(out, func(a, b string) int {
@@ -392,6 +389,10 @@ func (b Breach) String() string { return fmt.Sprintf("%s: %s: %s", b.Rule, b.Met
 func KnownMetrics() []string {
 	out := append([]string(nil), Points...)
 	for _, d := range Deltas {
+		out = append(out, d.Name())
+	}
+	out = append(out, StartupPoints...)
+	for _, d := range StartupDeltas {
 		out = append(out, d.Name())
 	}
 	return out

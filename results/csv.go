@@ -21,11 +21,14 @@ var csvHeader = []string{
 	"trial", "pod", "node", "pod_ip", "valid", "invalid_reason", "t0",
 	"skew_ns", "skew_uncertainty_ns", "client_failures",
 	"stage", "key", "at", "offset_ns", "uncertainty_ns", "clock", "reasons",
+	"new_pod", "new_pod_ip", "startup_failures", "startup_note",
 }
 
 // csvOptional are the columns a reader does without: files written before
-// they existed lack them ("reasons": schema 2, as a JSON array).
-var csvOptional = map[string]bool{"reasons": true}
+// they existed lack them ("reasons": schema 2, as a JSON array; the
+// replacement pod's startup columns).
+var csvOptional = map[string]bool{"reasons": true,
+	"new_pod": true, "new_pod_ip": true, "startup_failures": true, "startup_note": true}
 
 // NewCSVEncoder returns an Encoder that writes the CSV layout, its header
 // before the first record, flushing after every record.
@@ -52,14 +55,16 @@ func NewCSVEncoder(w io.Writer) Encoder {
 			}
 			reasons = string(b)
 		}
+		later := []string{r.NewPod, r.NewPodIP, formatCounts(r.StartupFailures), r.StartupNote}
 		if len(r.Stages) == 0 {
-			if err := cw.Write(append(base, "", "", "", "", "", "", reasons)); err != nil {
+			if err := cw.Write(append(append(base, "", "", "", "", "", "", reasons), later...)); err != nil {
 				return fmt.Errorf("write trial %d: %w", r.Trial, err)
 			}
 		}
 		for _, s := range r.Stages {
 			row := append(slices.Clone(base), s.Name, s.Key, formatTime(s.At),
 				strconv.FormatInt(s.OffsetNS, 10), strconv.FormatInt(s.UncertaintyNS, 10), string(s.Clock), reasons)
+			row = append(row, later...)
 			if err := cw.Write(row); err != nil {
 				return fmt.Errorf("write trial %d: %w", r.Trial, err)
 			}
@@ -199,6 +204,10 @@ func csvTrial(get func(string) string) (Record, error) {
 		if err := json.Unmarshal([]byte(v), &r.Reasons); err != nil {
 			return r, fmt.Errorf("reasons: %w", err)
 		}
+	}
+	r.NewPod, r.NewPodIP, r.StartupNote = get("new_pod"), get("new_pod_ip"), get("startup_note")
+	if r.StartupFailures, err = parseCounts(get("startup_failures")); err != nil {
+		return r, err
 	}
 	return r, nil
 }

@@ -17,6 +17,7 @@ var keyedStages = map[string]bool{
 	StageUpstreamLastSeen: true,
 	StageUpstreamRemoved:  true,
 	StageLastAccept:       true,
+	StageUpstreamPresent:  true,
 }
 
 // Keyed reports whether a stage is recorded per key.

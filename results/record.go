@@ -112,5 +112,18 @@ type Record struct {
 	// ClientFailures counts load-generator failures inside this trial's
 	// window, by kind ("refused", "reset", "timeout", "status_502", ...).
 	ClientFailures map[string]int `json:"client_failures,omitempty"`
-	Stages         []Stage        `json:"stages"`
+	// NewPod and NewPodIP name the pod that replaced the deleted one, whose
+	// startup stages (StagePodCreated …) the record carries.
+	NewPod   string `json:"new_pod,omitempty"`
+	NewPodIP string `json:"new_pod_ip,omitempty"`
+	// StartupFailures counts the load generator's failures attributed to
+	// the new pod's startup: scheduled after its address turned ready in the
+	// slices and before its listener opened (a pod routed before it
+	// listens). They are not in ClientFailures.
+	StartupFailures map[string]int `json:"startup_failures,omitempty"`
+	// StartupNote says why startup stages are missing, when some are (the
+	// replacement was not routed within the settle timeout, its probe's
+	// record could not be read). The trial's validity does not depend on it.
+	StartupNote string  `json:"startup_note,omitempty"`
+	Stages      []Stage `json:"stages"`
 }

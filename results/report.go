@@ -191,7 +191,7 @@ func NewTextReporter(s *Summary) Reporter {
 			e.printf("  controller settings: %s\n", strings.ReplaceAll(settingsLine(h.Ingress.Settings), "`", ""))
 		}
 		width := len("offsets from T0 (delete_sent)")
-		for _, x := range append(slices.Clone(d.Stages), d.Deltas...) {
+		for _, x := range d.allDists() {
 			width = max(width, utf8.RuneCountInString(x.Name))
 		}
 		table := func(title string, rows []Dist, unc bool) {
@@ -227,6 +227,26 @@ func NewTextReporter(s *Summary) Reporter {
 			}
 		}
 		e.printf("client failures: valid trials %s; all trials %s\n", failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
+		if len(d.StartupStages) > 0 {
+			e.printf("\nstartup of the replacement pods\n")
+			table("startup, offsets from T0", d.StartupStages, true)
+			if len(d.StartupDeltas) > 0 {
+				table("startup stage to stage", d.StartupDeltas, false)
+			}
+			e.printf("\nclient failures during startup (routed, not yet listening): %s\n", failuresLine(d.StartupFailures))
+		}
+		if r := d.StartupRecommendation; r != nil {
+			e.printf("\nstartup recommendation\n")
+			for _, l := range r.Lines() {
+				for i, w := range wrap(strings.Fields(l), " ", 74) {
+					if i == 0 {
+						e.printf("  - %s\n", w)
+					} else {
+						e.printf("    %s\n", w)
+					}
+				}
+			}
+		}
 		if r := d.Recommendation; r != nil {
 			e.printf("\nrecommendation (n=%d", r.N)
 			if r.Censored > 0 {
@@ -316,6 +336,20 @@ func NewMarkdownReporter(s *Summary) Reporter {
 		}
 		e.printf("`window` is the last new traffic the pod received (max of `last_accept`, `last_request`) after T0; ≥ marks a floor from trials cut at the hold. %s Client failures: valid trials %s; all trials %s.\n\n",
 			boundLegend(d), failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
+		if len(d.StartupStages) > 0 {
+			e.printf("### Startup of the replacement pods\n\n")
+			mdTable("offset from deletion (T0)", d.StartupStages)
+			if len(d.StartupDeltas) > 0 {
+				mdTable("stage to stage", d.StartupDeltas)
+			}
+			e.printf("Client failures during startup (routed, not yet listening): %s.\n\n", failuresLine(d.StartupFailures))
+		}
+		if r := d.StartupRecommendation; r != nil {
+			for _, l := range r.Lines() {
+				e.printf("- %s\n", l)
+			}
+			e.printf("\n")
+		}
 		if c := s.Caveats(); len(c) > 0 {
 			e.printf("### Caveats\n\n")
 			for _, l := range c {
@@ -388,7 +422,7 @@ func NewPerfDataReporter(s *Summary) Reporter {
 		d := s.Doc()
 		pd := PerfData{Version: "v1", DataItems: []DataItem{}}
 		ms := func(ns int64) float64 { return float64(ns) / float64(time.Millisecond) }
-		for _, x := range append(slices.Clone(d.Stages), d.Deltas...) {
+		for _, x := range d.allDists() {
 			if x.N == 0 {
 				continue
 			}

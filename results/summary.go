@@ -100,6 +100,9 @@ type Summary struct {
 	// fallback counts trials whose cover was measured from SIGTERM for
 	// want of prestop_called.
 	fallback int
+	// startupTrials counts trials with startup stages; routedEarly those
+	// whose new pod was routed before it listened.
+	startupTrials, routedEarly int
 }
 
 // NewSummary returns an empty Summary for a run with header h (may be nil).
@@ -164,6 +167,7 @@ func (s *Summary) Close() {
 				s.fallback++
 			}
 		}
+		s.addStartup(r)
 	}
 	for _, p := range Points {
 		if p != PointWindow && s.samples[p].n() == 0 {
@@ -179,6 +183,7 @@ func (s *Summary) Close() {
 		}
 	}
 	d.Recommendation = s.recommend()
+	s.closeStartup(o)
 }
 
 // countReasons counts a trial's reasons by code, each code once per trial,
@@ -283,12 +288,7 @@ func (s *Summary) Censored(metric string) int {
 func (s *Summary) Dist(metric string) (Dist, bool) {
 	s.mustClosed()
 	metric = NormalizeMetric(metric)
-	for _, d := range s.doc.Stages {
-		if d.Name == metric {
-			return d, d.N > 0
-		}
-	}
-	for _, d := range s.doc.Deltas {
+	for _, d := range s.doc.allDists() {
 		if d.Name == metric {
 			return d, d.N > 0
 		}
@@ -301,13 +301,20 @@ func (s *Summary) Dist(metric string) (Dist, bool) {
 func (s *Summary) Metrics() []string {
 	s.mustClosed()
 	var out []string
-	for _, d := range s.doc.Stages {
+	for _, d := range s.doc.allDists() {
 		if d.N > 0 {
 			out = append(out, d.Name)
 		}
 	}
-	for _, d := range s.doc.Deltas {
-		out = append(out, d.Name)
+	return out
+}
+
+// allDists are every distribution, in report order: the shutdown side's
+// points and deltas, then the startup side's.
+func (d *SummaryDoc) allDists() []Dist {
+	var out []Dist
+	for _, part := range [][]Dist{d.Stages, d.Deltas, d.StartupStages, d.StartupDeltas} {
+		out = append(out, part...)
 	}
 	return out
 }
@@ -339,6 +346,13 @@ type SummaryDoc struct {
 	ClientFailures    map[string]int  `json:"client_failures,omitempty"`
 	ClientFailuresAll map[string]int  `json:"client_failures_all,omitempty"`
 	Recommendation    *Recommendation `json:"recommendation,omitempty"`
+	// StartupStages and StartupDeltas are the replacement pods' startup
+	// (StartupPoints, StartupDeltas); StartupFailures the load's failures
+	// attributed to it, by kind.
+	StartupStages         []Dist                 `json:"startup_stages,omitempty"`
+	StartupDeltas         []Dist                 `json:"startup_deltas,omitempty"`
+	StartupFailures       map[string]int         `json:"startup_failures,omitempty"`
+	StartupRecommendation *StartupRecommendation `json:"startup_recommendation,omitempty"`
 }
 
 // InvalidSorted lists the reason codes, most frequent first.

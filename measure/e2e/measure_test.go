@@ -68,6 +68,37 @@ func stageNames(r *results.Record) []string {
 	return out
 }
 
+// checkStartup requires every startup stage of the trial's replacement, in
+// causal order. Pod-clock stages may lead tool-clock ones by their skew
+// bound, and the watch delivers a change ~ms after it happened (20 ms, as
+// above).
+func checkStartup(t *testing.T, r *results.Record) {
+	t.Helper()
+	if r.NewPod == "" || r.NewPod == r.Pod {
+		t.Errorf("trial %d: replacement %q (deleted %q)", r.Trial, r.NewPod, r.Pod)
+		return
+	}
+	slack := time.Duration(r.SkewUncertaintyNS) + 20*time.Millisecond
+	order := []string{results.StagePodCreated, results.StagePodScheduled, results.StageContainerStarted, results.StageListenerOpen,
+		results.StagePodReadyCondition, results.StageSliceReady, results.StageUpstreamPresent}
+	for i := 1; i < len(order); i++ {
+		if a, b := offset(t, r, order[i-1]), offset(t, r, order[i]); b < a-slack {
+			t.Errorf("trial %d: %s %s before %s %s", r.Trial, order[i], b, order[i-1], a)
+		}
+	}
+	// Any ingress replica may route before the last one lists the pod, so
+	// the first request and response only follow its readiness.
+	if a, b := offset(t, r, results.StageListenerOpen), offset(t, r, results.StageFirstRequest); b < a-slack {
+		t.Errorf("trial %d: first_request %s before listener_open %s", r.Trial, b, a)
+	}
+	if a, b := offset(t, r, results.StageSliceReady), offset(t, r, results.StageClientFirstRouted); b < a-slack {
+		t.Errorf("trial %d: client_first_routed %s before slice_ready %s", r.Trial, b, a)
+	}
+	if len(r.StartupFailures) > 0 {
+		t.Errorf("trial %d: startup failures %v behind a readiness probe", r.Trial, r.StartupFailures)
+	}
+}
+
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -123,6 +154,7 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		}
 		sigterm = append(sigterm, offset(t, r, results.StageSigterm))
 		prestop = append(prestop, offset(t, r, results.StagePrestopCalled))
+		checkStartup(t, r)
 	}
 
 	// The stream decodes back to the same records.
@@ -195,6 +227,12 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 			}
 			for _, st := range []string{results.StageSliceNotReady, results.StageUpstreamRemoved, results.StageSigterm, results.StageLastRequest} {
 				offset(t, r, st)
+			}
+			checkStartup(t, r)
+			// The Deployment deletes an old pod only once a new one is
+			// available (maxUnavailable 0): its replacement came first.
+			if c := offset(t, r, results.StagePodReadyCondition); c > 0 {
+				t.Errorf("trial %d: replacement Ready %s after the old pod's deletion, want before it in a rollout", r.Trial, c)
 			}
 		}
 	})
