@@ -18,7 +18,9 @@ import (
 // rollouts restarts the Deployment (as kubectl rollout restart does) until
 // at least cfg.Trials pods were replaced; every pod the Deployment
 // controller deletes is a trial, followed from the watch's first sight of
-// its deletion (T0) while the next ones overlap it.
+// its deletion (T0) while the next ones overlap it. Each restart has a
+// deadline (rolloutDeadline): a rollout the Deployment controller never
+// finishes stops the run with an error instead of waiting forever.
 func (r *runner) rollouts(ctx context.Context, sink Sink) error {
 	cfg := r.cfg
 	trial := 0
@@ -39,8 +41,11 @@ func (r *runner) rollouts(ctx context.Context, sink Sink) error {
 			[]byte(patch), metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("restart deployment %s/%s (needs patch deployments): %w", r.ns, r.wl.Deployment.Name, err)
 		}
-		g, gctx := errgroup.WithContext(ctx)
+		rctx, cancel := context.WithCancel(ctx)
+		g, gctx := errgroup.WithContext(rctx)
 		recs := make(chan *results.Record)
+		limit := r.rolloutDeadline(len(old))
+		deadline := time.NewTimer(limit)
 		for pending := len(old); pending > 0; {
 			for _, tw := range r.watch.takeFollowed() {
 				trial++
@@ -66,16 +71,29 @@ func (r *runner) rollouts(ctx context.Context, sink Sink) error {
 			case rec := <-recs:
 				pending--
 				if err := r.write(sink, rec); err != nil {
-					return err
+					deadline.Stop()
+					cancel()
+					return errors.Join(err, g.Wait())
 				}
 			case <-gctx.Done():
+				deadline.Stop()
+				cancel()
 				return errors.Join(g.Wait(), context.Cause(gctx))
+			case <-deadline.C:
+				cancel()
+				_ = g.Wait() // the follows end with the context: their error is this one
+				r.watch.setFollow(nil)
+				return fmt.Errorf("rollout of deployment %s/%s: %d of %d old pods not replaced and followed within %s (--%s %s + the grace period and 30s per pod): the Deployment controller did not finish the rollout",
+					r.ns, r.wl.Deployment.Name, pending, len(old), limit, FlagSettle, cfg.SettleTimeout)
 			case <-r.watch.changed:
 			case <-r.cfg.Clock.After(pollEvery):
 			}
 		}
+		deadline.Stop()
 		r.watch.setFollow(nil)
-		if err := g.Wait(); err != nil {
+		err = g.Wait()
+		cancel()
+		if err != nil {
 			return err
 		}
 		if err := r.waitSteady(ctx); err != nil {
@@ -83,4 +101,11 @@ func (r *runner) rollouts(ctx context.Context, sink Sink) error {
 		}
 	}
 	return nil
+}
+
+// rolloutDeadline bounds one restart of n pods: steady state for the
+// replacements (--settle-timeout), and for each old pod its whole
+// termination as follow allows it (the grace period and 30 s).
+func (r *runner) rolloutDeadline(n int) time.Duration {
+	return r.cfg.SettleTimeout + time.Duration(n)*(r.grace()+30*time.Second)
 }

@@ -119,7 +119,8 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 	if err != nil {
 		return fmt.Errorf("--%s %s: %w", FlagObserver, cfg.Observer, err)
 	}
-	defer r.obs.Close()
+	closeObserver := sync.OnceValue(r.obs.Close)
+	defer closeObserver()
 	r.report(Progress{Phase: "setup", Message: "observer " + r.choice.String()})
 
 	if r.ownNamespace() {
@@ -139,14 +140,29 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		}
 	}()
 
-	g, gctx := errgroup.WithContext(ctx)
+	// The load, the watches, the heartbeat and the observer run on a
+	// context of their own, stopped (and waited for) before the deferred
+	// cleanup deletes anything: cleanup is not a trial, and load still
+	// hitting pods being deleted, or handlers still stamping their events,
+	// would only race it.
+	mctx, stop := context.WithCancelCause(ctx)
+	g, gctx := errgroup.WithContext(mctx)
 	runErr := r.measure(gctx, g, sink, serverVersion)
+	cause := context.Cause(gctx)
+	stop(errMeasured)
+	_ = g.Wait() // the loops end with their context; their errors are secondary
+	if r.watch != nil {
+		r.watch.wait()
+	}
+	_ = closeObserver()
 	if runErr != nil {
-		// Stop the background loops; their errors are secondary.
-		return errors.Join(runErr, context.Cause(gctx))
+		return errors.Join(runErr, cause)
 	}
 	return nil
 }
+
+// errMeasured stops the run's background loops once the trials are done.
+var errMeasured = errors.New("measurement over")
 
 func newRunID() string {
 	b := make([]byte, 3)
@@ -214,7 +230,7 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		StartedAt: cfg.Clock.Now(), ServerVersion: serverVersion, Cluster: cfg.ClusterName,
 		Ingress: results.Ingress{Class: cfg.IngressClass, Controller: choice.Controller, Settings: obs.Settings(ctx)},
 		Mode:    string(cfg.Mode), Namespace: r.ns, Replicas: int(cfg.Replicas), Rate: cfg.Rate, Keepalive: cfg.KeepAlive,
-		DrainNS: int64(cfg.Drain), Flags: cfg.Flags,
+		DrainNS: int64(cfg.Drain), Flags: cfg.Flags, HoldNS: int64(cfg.PreStopSleep + cfg.Hold),
 	}
 	if obs.Name() != upstream.KindNone {
 		h.Observers = []results.Observer{{Name: obs.Name(), ResolutionNS: int64(obs.Resolution()), Settings: obs.Settings(ctx)}}

@@ -91,6 +91,30 @@ func (r *runner) newInput(ctx context.Context, i int, pod *corev1.Pod, addr neti
 	return in
 }
 
+// nodeSkew estimates a probe pod's clock offset per node (DESIGN.md "Clock
+// skew"): the pods on one node read one clock, so the tightest sample among
+// the load's responses from any probe pod on pod's node wins, pod's own
+// included. ok is false when none of them has a sample.
+func (r *runner) nodeSkew(pod, node string) (load.Estimate, bool) {
+	var ests []load.Estimate
+	if e, ok := r.gen.Skew(pod); ok {
+		ests = append(ests, e)
+	}
+	if node != "" {
+		if pods, err := r.watch.pods.Pods(r.ns).List(r.podSelector()); err == nil {
+			for _, p := range pods {
+				if p.Name == pod || p.Spec.NodeName != node {
+					continue
+				}
+				if e, ok := r.gen.Skew(p.Name); ok {
+					ests = append(ests, e)
+				}
+			}
+		}
+	}
+	return load.Best(ests...)
+}
+
 // follow records a deleted pod's removal from in.t0 on: it holds the probe
 // until its address left every observed upstream list and no traffic
 // reached it for the quiet period (or the hold ran out), reads the probe's
@@ -187,7 +211,10 @@ wait:
 	if ps, ok := r.gen.Pod(in.pod); ok {
 		in.clientLast, in.clientOK = ps, true
 	}
-	if est, ok := r.gen.Skew(in.pod); ok {
+	if est, ok := r.nodeSkew(in.pod, in.node); ok {
+		if in.skewOK {
+			est, _ = load.Best(est, in.skew) // with the /clock sample of newInput
+		}
 		in.skew, in.skewOK = est, true
 	}
 	// Requests to the vanished address may still hang (no route to host

@@ -1,7 +1,9 @@
 package measure
 
 import (
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -85,13 +87,29 @@ func applyPodEvent(tw *trialWatch, seen time.Time, pod *corev1.Pod, deleted, rel
 	}
 }
 
-func (w *watcher) sliceEvent(seen time.Time) {
+// sliceEvent applies one EndpointSlice event, stamped seen, to every trial:
+// the event's own object replaces (or, deleted, removes) its slice in
+// seenSlices, and the trials see the Service's slices as of this event.
+func (w *watcher) sliceEvent(seen time.Time, obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
 	w.mu.Lock()
+	if deleted {
+		delete(w.seenSlices, s.Name)
+	} else {
+		w.seenSlices[s.Name] = s
+	}
 	for _, tw := range w.trials {
 		w.applySlices(tw, seen)
 	}
+	seenNow := slices.Collect(maps.Values(w.seenSlices))
 	w.mu.Unlock()
-	w.startups.sliceEvent(seen, w.cachedSlices())
+	w.startups.sliceEvent(seen, seenNow)
 	w.notify()
 }
 
@@ -105,13 +123,10 @@ func (w *watcher) cachedSlices() []*discoveryv1.EndpointSlice {
 	return slices
 }
 
-// applySlices applies the cached slices to tw; the caller holds w.mu.
+// applySlices applies the slices as the events so far left them to tw; the
+// caller holds w.mu.
 func (w *watcher) applySlices(tw *trialWatch, seen time.Time) {
-	slices, err := w.slices.EndpointSlices(w.ns).List(w.sliceSel)
-	if err != nil {
-		return
-	}
-	applySliceState(tw, seen, slices)
+	applySliceState(tw, seen, slices.Collect(maps.Values(w.seenSlices)))
 }
 
 // applySliceState records the first instants at which the trial's address

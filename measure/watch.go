@@ -33,6 +33,8 @@ type watcher struct {
 	clock     clock.PassiveClock
 	door      *door
 	informers []cache.SharedIndexInformer
+	// running counts the informer goroutines start began (see wait).
+	running sync.WaitGroup
 	// trace, when set, is told of every handled event: its arrival stamp,
 	// and when its handler began and ended (make bench).
 	trace    func(obj any, arrived, start, end time.Time)
@@ -45,9 +47,14 @@ type watcher struct {
 	mu sync.Mutex
 	// trials are the trials in progress, by pod UID: one at a time in
 	// delete mode, several at once in a rollout.
-	trials    map[types.UID]*trialWatch
-	watchErrs []watchError
-	changed   chan struct{} // signalled (non-blocking) on any event
+	trials map[types.UID]*trialWatch
+	// seenSlices are the Service's EndpointSlices by name as the handler
+	// applied them, one event's own object at a time in delivery order:
+	// the state each stamp describes. The informer's indexer is updated
+	// before a handler runs and may already hold a later state.
+	seenSlices map[string]*discoveryv1.EndpointSlice
+	watchErrs  []watchError
+	changed    chan struct{} // signalled (non-blocking) on any event
 	// follow, when set (rollout mode), makes the first sight of a
 	// terminating pod begin a trial by itself: T0 is that sight.
 	follow   func(*corev1.Pod) bool
@@ -65,7 +72,8 @@ type watchError struct {
 func newWatcher(client kubernetes.Interface, clk clock.PassiveClock, ns string, podSel labels.Selector, service string) *watcher {
 	sliceSel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: service})
 	w := &watcher{clock: clk, door: newDoor(clk), ns: ns, podSel: podSel,
-		sliceSel: sliceSel, changed: make(chan struct{}, 1), trials: map[types.UID]*trialWatch{}, startups: newStartups()}
+		sliceSel: sliceSel, changed: make(chan struct{}, 1), trials: map[types.UID]*trialWatch{}, startups: newStartups(),
+		seenSlices: map[string]*discoveryv1.EndpointSlice{}}
 	// The informers client-go's factories build (informers/core/v1/pod.go),
 	// with each watch passed through the door.
 	pods, slices := client.CoreV1().Pods(ns), client.DiscoveryV1().EndpointSlices(ns)
@@ -80,11 +88,12 @@ func newWatcher(client kubernetes.Interface, clk clock.PassiveClock, ns string, 
 		UpdateFunc: func(_, obj any) { podSeen(obj) },
 		DeleteFunc: podGone,
 	})
-	slice := w.handler(func(seen time.Time, _ any) { w.sliceEvent(seen) })
+	slice := w.handler(func(seen time.Time, obj any) { w.sliceEvent(seen, obj, false) })
+	sliceGone := w.handler(func(seen time.Time, obj any) { w.sliceEvent(seen, obj, true) })
 	_, _ = sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    slice,
 		UpdateFunc: func(_, obj any) { slice(obj) },
-		DeleteFunc: slice,
+		DeleteFunc: sliceGone,
 	})
 	w.informers = []cache.SharedIndexInformer{podInf, sliceInf}
 	w.pods = listerscorev1.NewPodLister(podInf.GetIndexer())
@@ -130,7 +139,11 @@ func informer[L runtime.Object](d *door, client kubernetes.Interface, obj runtim
 // start runs the informers and waits for their first list.
 func (w *watcher) start(ctx context.Context) error {
 	for _, inf := range w.informers {
-		go inf.RunWithContext(ctx)
+		w.running.Add(1)
+		go func() {
+			defer w.running.Done()
+			inf.RunWithContext(ctx)
+		}()
 	}
 	for _, inf := range w.informers {
 		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
@@ -139,6 +152,10 @@ func (w *watcher) start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// wait returns once every informer start began has stopped (its context
+// ended).
+func (w *watcher) wait() { w.running.Wait() }
 
 func (w *watcher) watchErrorHandler(resource string) cache.WatchErrorHandlerWithContext {
 	return func(_ context.Context, _ *cache.Reflector, err error) {
