@@ -7,8 +7,10 @@ package e2etest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -147,4 +149,17 @@ func ReadResults(t testing.TB, path string) *results.File {
 		t.Fatalf("results file %s does not decode: %v", path, err)
 	}
 	return file
+}
+
+// ExitCode is the exit status of a command run with exec (0 on success, -1
+// when it did not run to an exit).
+func ExitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }

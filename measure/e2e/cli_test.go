@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,16 +52,7 @@ func measureArgs(kubeconfig string, extra ...string) []string {
 		"--quiet-period", "2s", "--rate", "100"}, extra...)
 }
 
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
-}
+func exitCode(err error) int { return e2etest.ExitCode(err) }
 
 // Bad input stops measure with a message naming the fix, a documented exit
 // code (README "Exit codes"), and nothing created.

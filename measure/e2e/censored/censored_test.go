@@ -2,7 +2,6 @@ package censored
 
 import (
 	"bytes"
-	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -53,14 +52,7 @@ func TestRunIntoHoldIsCensored(t *testing.T) {
 		"--hold", hold.String(), "--quiet-period", "1s", "--grace-margin", "5s", "--settle-timeout", "2m", "--out", out)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	code := e2etest.ExitCode(cmd.Run())
 	t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	// README "Exit codes": 6, measured but the recommendation is only a
 	// lower bound.
