@@ -137,8 +137,12 @@ func TestCLIInterruptMidTrial(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Progress lines (not a terminal) look like "[####....] 1/5 trial: slice_not_ready".
+	// The reader owns log until readDone closes: it has read stderr to EOF,
+	// which exec.Cmd requires before Wait (Wait closes the pipe).
 	interrupted := make(chan struct{})
+	readDone := make(chan struct{})
 	go func() {
+		defer close(readDone)
 		sc := bufio.NewScanner(stderr)
 		sent := false
 		for sc.Scan() {
@@ -153,11 +157,18 @@ func TestCLIInterruptMidTrial(t *testing.T) {
 	}()
 	select {
 	case <-interrupted:
+	case <-readDone:
+		// stderr closed without trial 2: the process ended on its own.
 	case <-time.After(5 * time.Minute):
 		_ = cmd.Process.Kill()
-		t.Fatalf("trial 2 never started:\n%s", log.String())
 	}
+	<-readDone
 	err = cmd.Wait()
+	select {
+	case <-interrupted:
+	default:
+		t.Fatalf("no SIGINT sent: trial 2 never started (wait: %v); log:\n%s", err, log.String())
+	}
 	if got := exitCode(err); got != 130 {
 		t.Errorf("exit code %d after SIGINT, want 130; log:\n%s", got, log.String())
 	}
