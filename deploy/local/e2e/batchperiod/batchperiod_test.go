@@ -26,10 +26,14 @@ func TestMain(m *testing.M) {
 	localcluster.Main(m, "deploy/local/e2e/batchperiod", localcluster.Options{Nodes: 2, BatchPeriod: batchPeriod, IngressPoll: 3 * time.Second}, func(c *localcluster.Cluster) error { cluster = c; return nil })
 }
 
-// sleepers is a Deployment of pods that run `sleep`, ready once running.
-// They ignore SIGTERM, so a deleted pod stays terminating for its whole
-// grace period and the slice shows it ready=false rather than dropping it.
-func sleepers(name string, replicas int32) *appsv1.Deployment {
+// sleepers is a Deployment of pods that run `sleep`, ready once their
+// shell has installed its SIGTERM trap (testenv.IgnoringTERM, markers in
+// dir). They ignore SIGTERM, so a deleted pod stays terminating for its
+// whole grace period and the slice shows it ready=false rather than
+// dropping it.
+func sleepers(name, dir string, replicas int32) *appsv1.Deployment {
+	c := testenv.IgnoringTERM("sleep", dir)
+	c.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
 	labels := map[string]string{"app": name}
 	grace := int64(5)
 	return &appsv1.Deployment{
@@ -41,10 +45,7 @@ func sleepers(name string, replicas int32) *appsv1.Deployment {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: &grace,
-					Containers: []corev1.Container{{
-						Name: "sleep", Image: "sleep:local", Command: []string{"sh", "-c", "trap '' TERM; exec sleep 100000"},
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-					}},
+					Containers:                    []corev1.Container{c},
 				},
 			},
 		},
@@ -62,7 +63,7 @@ func TestBatchPeriodDelaysSliceUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "sleepers"
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, sleepers(name, 2), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, sleepers(name, t.TempDir(), 2), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cs.CoreV1().Services(ns).Create(ctx, testenv.Service(name), metav1.CreateOptions{}); err != nil {
