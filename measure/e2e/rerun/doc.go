@@ -1,10 +1,9 @@
-// Package rerun checks epwindow's rerun workflow end to end on real runs:
-// two local clusters that differ only in Skipper's poll interval
-// (--ingress-poll 1s, then 3s) are measured with bin/epwindow measure, and
-// bin/epwindow compare must call the upstream stage and the stages that
-// follow it worse, the EndpointSlice and node stages before it the same,
-// and exit 3 on --max-regression; bin/epwindow report must render the real
-// results file in every format. It has no non-test code, and it keeps no
-// measured file: the runs live in a temporary directory and their reports
-// go to the test log.
+// Package rerun checks epwindow's rerun workflow end to end on a real run:
+// a local cluster is measured with bin/epwindow measure, bin/epwindow report
+// must render the results file in every format, and bin/epwindow compare
+// must read it — verdicts, JSON and the gates' exit codes. Whether compare
+// finds a real change is a question of statistical power, tested on
+// simulated runs in results (TestComparePowerOnSimulatedRuns). It has no
+// non-test code, and it keeps no measured file: the run lives in a
+// temporary directory and its reports go to the test log.
 package rerun
