@@ -10,7 +10,7 @@ dir=$(mktemp -d /tmp/epwindow-demo.XXXXXX)
 out="$dir/results.jsonl"
 
 echo "==> starting the local cluster in $dir (logs: $dir/*.log)"
-bin/epwindow-local up --dir "$dir/cluster" --ingress-poll "$POLL" >"$dir/up.out" 2>"$dir/up.err" &
+bin/epwindow-local up --dir "$dir/cluster" --ingress-poll "$POLL" --cni-bin-dir "${CNI_BIN_DIR:-/usr/lib/cni}" >"$dir/up.out" 2>"$dir/up.err" &
 cluster=$!
 stop() {
 	echo "==> tearing the local cluster down"

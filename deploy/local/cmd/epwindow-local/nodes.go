@@ -70,11 +70,12 @@ func startNodes(ctx context.Context, cfg upConfig, cp *controlplane.ControlPlane
 	}
 	n.logf = logf
 	n.cfg = nodeagent.Config{
-		Client:   cp.Client,
-		Nodes:    nodeNames(cfg.Nodes),
-		BinDir:   cfg.BinDir,
-		StateDir: filepath.Join(cfg.Dir, "nodes"),
-		Log:      slog.New(slog.NewTextHandler(logf, nil)),
+		Client:    cp.Client,
+		Nodes:     nodeNames(cfg.Nodes),
+		BinDir:    cfg.BinDir,
+		CNIBinDir: cfg.CNIBinDir,
+		StateDir:  filepath.Join(cfg.Dir, "nodes"),
+		Log:       slog.New(slog.NewTextHandler(logf, nil)),
 	}
 	if err := nodeagent.SetupNetwork(n.cfg); err != nil {
 		n.Stop()

@@ -24,6 +24,7 @@ const (
 	flagBatchPeriod = "batch-period"
 	flagIngressPoll = "ingress-poll"
 	flagBinDir      = "bin-dir"
+	flagCNIBinDir   = "cni-bin-dir"
 )
 
 // upConfig is `up`'s flags, typed.
@@ -33,6 +34,7 @@ type upConfig struct {
 	BatchPeriod time.Duration // --endpointslice-updates-batch-period
 	IngressPoll time.Duration // Skipper's -source-poll-timeout
 	BinDir      string        // skipper and the containers' binaries
+	CNIBinDir   string        // the CNI plugins bridge, host-local, loopback
 }
 
 func parseUp(args []string) (upConfig, error) {
@@ -44,6 +46,7 @@ func parseUp(args []string) (upConfig, error) {
 	fs.DurationVar(&c.BatchPeriod, flagBatchPeriod, 0, "EndpointSlice controller's --endpointslice-updates-batch-period")
 	fs.DurationVar(&c.IngressPoll, flagIngressPoll, 3*time.Second, "Skipper's poll interval of the API server (-source-poll-timeout)")
 	fs.StringVar(&c.BinDir, flagBinDir, "", "directory holding skipper and the binaries containers run (default: this executable's directory)")
+	fs.StringVar(&c.CNIBinDir, flagCNIBinDir, nodeagent.DefaultCNIBinDir, "directory holding the CNI plugins bridge, host-local and loopback (make deps installs them)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
