@@ -121,6 +121,9 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 	}
 	closeObserver := sync.OnceValue(r.obs.Close)
 	defer closeObserver()
+	if err := upstream.Preflight(ctx, r.obs); err != nil {
+		return fmt.Errorf("--%s %s: %w", FlagObserver, r.choice.Kind, err)
+	}
 	r.report(Progress{Phase: "setup", Message: "observer " + r.choice.String()})
 
 	if r.ownNamespace() {

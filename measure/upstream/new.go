@@ -313,3 +313,22 @@ func ingressController(ctx context.Context, c kubernetes.Interface, t Target, cl
 	}
 	return "", "", fmt.Errorf("%d IngressClasses and %d marked default: set --%s", len(list.Items), len(defaults), FlagIngressClass)
 }
+
+// Preflight checks, before a run creates anything, that obs has something
+// to read: an observer that port-forwards to controller pods must find at
+// least one running. Without it a run would wait out its settle timeout
+// for a table no one serves. Other observers pass.
+func Preflight(ctx context.Context, obs Observer) error {
+	h, ok := obs.(*httpObserver)
+	if !ok {
+		return nil
+	}
+	src, ok := h.src.(*podSource)
+	if !ok {
+		return nil
+	}
+	if _, err := src.list(ctx); err != nil {
+		return fmt.Errorf("%w; or set --%s to the controller's own URL", err, FlagObserverURL)
+	}
+	return nil
+}

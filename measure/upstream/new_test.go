@@ -189,3 +189,45 @@ func TestNginxPodDiscovery(t *testing.T) {
 		t.Errorf("no pods: settings %v, want none", got)
 	}
 }
+
+// An observer with no controller pod to read fails before the run creates
+// anything, naming --observer-url and the selector flags; one given URLs,
+// or one whose pods run, passes.
+func TestPreflightNeedsAController(t *testing.T) {
+	ctx := context.Background()
+	empty, _, err := New(ctx, KindSkipper, Deps{Client: fake.NewClientset(), Config: restCfg}, probeTarget, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	err = Preflight(ctx, empty)
+	if err == nil {
+		t.Fatal("Preflight passed with no Skipper pod and no --observer-url")
+	}
+	for _, w := range []string{"application=skipper-ingress", "--" + FlagObserverURL, "--" + FlagControllerSelector} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+	byURL, _, err := New(ctx, KindSkipper, Deps{Client: fake.NewClientset(), Config: restCfg}, probeTarget,
+		Options{URLs: []string{"http://127.0.0.1:9911"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer byURL.Close()
+	if err := Preflight(ctx, byURL); err != nil {
+		t.Errorf("Preflight with --observer-url: %v", err)
+	}
+	running, _, err := New(ctx, KindNginx, Deps{Client: fake.NewClientset(controllerPod("ingress-nginx", "ingress-nginx-controller-a")), Config: restCfg},
+		probeTarget, Options{ControllerNamespace: "ingress-nginx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Close()
+	if err := Preflight(ctx, running); err != nil {
+		t.Errorf("Preflight with a running controller pod: %v", err)
+	}
+	if err := Preflight(ctx, noneObserver{}); err != nil {
+		t.Errorf("Preflight of --observer none: %v", err)
+	}
+}
