@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/epwindow/epwindow/deploy/local/controlplane"
+	"github.com/epwindow/epwindow/deploy/local/nodeagent"
 	"github.com/epwindow/epwindow/deploy/local/skipper"
 
 	"github.com/epwindow/epwindow/internal/localcluster/flock"
