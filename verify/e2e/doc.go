@@ -1,0 +1,7 @@
+// Package e2e runs epwindow verify, the command-line binary, against "team"
+// Deployments built from the probe on the local cluster (Skipper as the
+// ingress): one that exits at SIGTERM without a preStop, the same with the
+// preStop that covers this cluster's window, one that ignores SIGTERM, one
+// whose listener opens seconds after start without a readiness probe, and a
+// GET load that Skipper's retries make blind. One cluster start for all.
+package e2e

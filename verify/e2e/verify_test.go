@@ -1,0 +1,312 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/e2etest"
+	"github.com/epwindow/epwindow/internal/localcluster"
+	"github.com/epwindow/epwindow/verify"
+)
+
+// ingressPoll is Skipper's poll of the API server on this test's cluster.
+// Skipper drops a terminating endpoint at its first poll after the
+// EndpointSlice changed (dataclients/kubernetes: endpoints with
+// terminating=true are skipped), so the window here is at most one poll
+// plus the slice update's propagation (ms on one machine).
+const ingressPoll = time.Second
+
+// goodPreStop is the preStop sleep measure recommends for this cluster:
+// p99(window) + margin, rounded up to whole seconds (DESIGN.md
+// "Recommendation"), with the window at most ingressPoll (above) and the
+// default margin of 1 s: 1 s + 1 s = 2 s.
+const goodPreStop = 2 * time.Second
+
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) {
+	localcluster.Main(m, "verify/e2e", localcluster.Options{IngressPoll: ingressPoll}, func(c *localcluster.Cluster) error {
+		cluster = c
+		return nil
+	})
+}
+
+func client(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// team creates namespace name with a 2-replica "team" Deployment of the
+// probe (the base manifest: readiness on /healthz, maxSurge 1,
+// maxUnavailable 0), its Service and a Skipper Ingress for host
+// name.local; edit shapes the pod. It waits for 2 ready replicas and
+// deletes the namespace at the end of the test.
+func team(t *testing.T, name string, grace time.Duration, edit func(*corev1.PodSpec, *corev1.Container)) {
+	t.Helper()
+	c := client(t)
+	wl, err := deploy.Render(deploy.Params{Namespace: name, Name: "team", Replicas: 2, Image: deploy.DefaultImage,
+		IngressClass: e2etest.IngressClass, Host: name + ".local", Hold: time.Second, GracePeriod: grace, PreStop: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &wl.Deployment.Spec.Template.Spec
+	edit(spec, &spec.Containers[0])
+	ctx := context.Background()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, wl.Namespace, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	if _, err := c.CoreV1().Services(name).Create(ctx, wl.Service, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AppsV1().Deployments(name).Create(ctx, wl.Deployment, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.NetworkingV1().Ingresses(name).Create(ctx, wl.Ingress, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		d, err := c.AppsV1().Deployments(name).Get(ctx, "team", metav1.GetOptions{})
+		if err == nil && d.Status.ReadyReplicas == 2 && d.Status.UpdatedReplicas == 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("team deployment in %s not ready: %v %+v", name, err, d.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// probeCmd is the probe's command with extra flags.
+func probeCmd(extra ...string) []string {
+	return append([]string{"epwindow", "probe", "--listen=:8080"}, extra...)
+}
+
+// run runs epwindow verify on namespace ns's team Deployment with args
+// and returns its JSON report, stderr and exit code.
+func run(t *testing.T, ns string, args ...string) (*verify.Report, string, int) {
+	t.Helper()
+	all := append([]string{"verify", "--kubeconfig", cluster.Kubeconfig, "-n", ns, "--url", cluster.IngressURL,
+		"--host", ns + ".local", "--format", "json", "--timeout", "2m"}, args...)
+	all = append(all, "team")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e2etest.Bin(t), all...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	began := time.Now()
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run epwindow verify: %v", err)
+	}
+	t.Logf("epwindow %s: exit %d after %s\n%s", strings.Join(all, " "), code, time.Since(began).Round(time.Second), stderr.String())
+	var rep verify.Report
+	if stdout.Len() > 0 {
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatalf("stdout is not a JSON report: %v\n%s", err, stdout.String())
+		}
+	}
+	return &rep, stderr.String(), code
+}
+
+// Each scenario is a subtest of one test, so they share the cluster and
+// run one after the other (their loads would otherwise share 2 cores).
+// Rollout counts: one where the outcome of any single rollout decides
+// (bad, SIGKILL, startup race: every replaced pod fails the same way), and
+// the minimum of 3 where a pass must hold up over repetition (good).
+func TestVerify(t *testing.T) {
+	t.Run("bad: exits at SIGTERM, no preStop", func(t *testing.T) {
+		team(t, "team-bad", 5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+			c.Command = probeCmd("--exit-on-sigterm")
+			c.Lifecycle = nil
+		})
+		rep, _, code := run(t, "team-bad", "--method", "POST", "--rate", "100", "--rollouts", "1",
+			"--check-port", "8080/healthz", "--self-test=false")
+		if code != 3 {
+			t.Fatalf("exit %d, want 3 (the gate failed)", code)
+		}
+		if len(rep.Rollouts) != 1 || !rep.Rollouts[0].Complete {
+			t.Fatalf("rollouts: %+v", rep.Rollouts)
+		}
+		ro := rep.Rollouts[0]
+		// Skipper answers a POST whose connect was refused with 502
+		// (proxy/proxy.go: no retry for a request with a body).
+		if ro.Outcomes.Failed["status_502"]+ro.Outcomes.Failed["refused"] == 0 {
+			t.Errorf("no refused/502 failures: %s", ro.Outcomes)
+		}
+		sides := ro.Sides()
+		if sides[verify.SideShutdown] == 0 || sides[verify.SideShutdown] < ro.Outcomes.Failures()*9/10 {
+			t.Errorf("sides %v of %d failures: want (nearly) all on the shutdown side", sides, ro.Outcomes.Failures())
+		}
+		// --check-port: each replaced pod stopped answering at SIGTERM, right
+		// after its deletion, while Skipper could still route to it.
+		if len(ro.Ports) != 2 {
+			t.Fatalf("port checks: %+v", ro.Ports)
+		}
+		for _, p := range ro.Ports {
+			// It stopped answering well before Skipper's next poll could
+			// have dropped it (ingressPoll after it left the slices).
+			d, answered := p.AnsweredAfter()
+			if p.RefusedNS == nil || answered && d > ingressPoll/2 {
+				t.Errorf("port check of %s: %s; want refused while routable", p.Pod, p)
+			}
+		}
+	})
+
+	t.Run("good: the recommended preStop, 3 rollouts, self-test", func(t *testing.T) {
+		team(t, "team-good", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+			c.Command = probeCmd("--exit-on-sigterm")
+			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+		})
+		rep, stderr, code := run(t, "team-good", "--method", "POST", "--rate", "100", "--rollouts", "3",
+			"--check-port", "8080/healthz", "--ingress-class", e2etest.IngressClass)
+		if code != 0 {
+			t.Fatalf("exit %d, want 0; verdict %+v", code, rep.Verdict)
+		}
+		if rep.SelfTest == nil || rep.SelfTest.Blind || rep.SelfTest.Outcomes.Failures() == 0 {
+			t.Errorf("self-test: %+v; want the broken canary to fail requests", rep.SelfTest)
+		}
+		if rep.Shape == nil || rep.Shape.Source != "self-test" {
+			t.Errorf("shape: %+v; want an estimate from the self-test", rep.Shape)
+		}
+		if len(rep.Rollouts) != 3 {
+			t.Fatalf("%d rollouts, want 3", len(rep.Rollouts))
+		}
+		for _, ro := range rep.Rollouts {
+			if !ro.Complete || ro.Outcomes.Failures() != 0 || ro.Outcomes.OK == 0 {
+				t.Errorf("rollout %d: complete %v, %s", ro.N, ro.Complete, ro.Outcomes)
+			}
+			for _, p := range ro.Ports {
+				// The preStop keeps it serving goodPreStop after its
+				// deletion; the address leaves the slices within ms.
+				if d, ok := p.AnsweredAfter(); !p.Ordered() || !ok || d < goodPreStop/2 {
+					t.Errorf("rollout %d port check: %s", ro.N, p)
+				}
+			}
+		}
+		if !strings.Contains(stderr, "self-test: deleting namespace") {
+			t.Errorf("the self-test's namespace deletion is not reported")
+		}
+		leftovers(t)
+	})
+
+	t.Run("ignores SIGTERM: 137", func(t *testing.T) {
+		team(t, "team-deaf", 3*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+			c.Command = probeCmd("--ignore-sigterm")
+			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+		})
+		rep, _, code := run(t, "team-deaf", "--method", "POST", "--rate", "50", "--rollouts", "1", "--self-test=false")
+		if code != 3 {
+			t.Fatalf("exit %d, want 3", code)
+		}
+		killed := 0
+		for _, e := range rep.Rollouts[0].Exits {
+			if e.ExitCode == 137 {
+				killed++
+			}
+		}
+		if killed != 2 {
+			t.Errorf("exits %+v: want two 137s", rep.Rollouts[0].Exits)
+		}
+		if !strings.Contains(strings.Join(rep.Verdict.Reasons, "\n"), "SIGKILL") {
+			t.Errorf("verdict reasons %q do not name the SIGKILL", rep.Verdict.Reasons)
+		}
+	})
+
+	t.Run("startup race: listener opens 3s after start, no readiness probe", func(t *testing.T) {
+		team(t, "team-slow", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+			// The app of the startup race: Ready when its process starts (no
+			// readiness probe), its port open only 3 s later.
+			c.Command = probeCmd("--exit-on-sigterm", "--listen-delay=3s")
+			c.ReadinessProbe = nil
+			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+		})
+		rep, _, code := run(t, "team-slow", "--method", "POST", "--rate", "100", "--rollouts", "1",
+			"--check-port", "8080/healthz", "--self-test=false")
+		if code != 3 {
+			t.Fatalf("exit %d, want 3", code)
+		}
+		ro := rep.Rollouts[0]
+		sides := ro.Sides()
+		if sides[verify.SideStartup] == 0 || sides[verify.SideStartup] < ro.Outcomes.Failures()*9/10 {
+			t.Errorf("sides %v of %d failures (%s): want (nearly) all on the startup side", sides, ro.Outcomes.Failures(), ro.Outcomes)
+		}
+		for _, f := range ro.Failures {
+			if f.Side == verify.SideStartup && (f.SinceNS < 0 || time.Duration(f.SinceNS) > 3*time.Second+ingressPoll) {
+				t.Errorf("startup failure %s after its pod's Ready: outside the 3 s the listener is closed", time.Duration(f.SinceNS))
+			}
+		}
+	})
+
+	t.Run("blind: GET through Skipper at a low rate", func(t *testing.T) {
+		team(t, "team-get", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+			c.Command = probeCmd("--exit-on-sigterm")
+			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+		})
+		before := deployment(t, "team-get")
+		rep, stderr, code := run(t, "team-get", "--method", "GET", "--rate", "10", "--rollouts", "3")
+		if code != 7 {
+			t.Fatalf("exit %d, want 7 (blind)", code)
+		}
+		if rep.SelfTest == nil || !rep.SelfTest.Blind || !strings.Contains(rep.SelfTest.Cause, "--method POST") {
+			t.Errorf("self-test %+v: want blind, naming --method POST", rep.SelfTest)
+		}
+		if len(rep.Rollouts) != 0 || rep.Verdict.Pass {
+			t.Errorf("a blind gate rolled %d times, pass %v", len(rep.Rollouts), rep.Verdict.Pass)
+		}
+		after := deployment(t, "team-get")
+		if after.Generation != before.Generation || after.Spec.Template.Annotations[verify.RestartAnnotation] != "" {
+			t.Errorf("the team's Deployment changed: generation %d → %d, annotations %v", before.Generation, after.Generation, after.Spec.Template.Annotations)
+		}
+		if !strings.Contains(stderr, "blind") {
+			t.Errorf("stderr does not say blind:\n%s", stderr)
+		}
+		leftovers(t)
+	})
+}
+
+func deployment(t *testing.T, ns string) *appsv1.Deployment {
+	t.Helper()
+	d, err := client(t).AppsV1().Deployments(ns).Get(context.Background(), "team", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// leftovers fails when a self-test namespace is still there.
+func leftovers(t *testing.T) {
+	t.Helper()
+	list, err := client(t).CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range list.Items {
+		if strings.HasPrefix(ns.Name, "epwindow-verify-") {
+			t.Errorf("self-test namespace %s left behind (%s)", ns.Name, ns.Status.Phase)
+		}
+	}
+}
