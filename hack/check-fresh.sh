@@ -33,7 +33,9 @@ if out=$(CNI_BIN_DIR="$cni" CNI_PKG_DIR="$scratch/no-pkg" APT_GET="$scratch/no-a
 fi
 grep -q "containernetworking-plugins" <<<"$out" || die "make deps without apt does not name the package: $out"
 say "no plugins, no apt: $out"
-if out=$(setpriv --reuid=65534 --regid=65534 --clear-groups env CNI_BIN_DIR="$cni" hack/deps.sh 2>&1); then
+# (the script comes on standard input, opened as root: the clone's folder
+# may be one that user cannot read)
+if out=$(setpriv --reuid=65534 --regid=65534 --clear-groups env CNI_BIN_DIR="$cni" bash -s <hack/deps.sh 2>&1); then
 	die "make deps as a non-root user succeeded: $out"
 fi
 grep -q "not root" <<<"$out" || die "make deps as non-root does not say root is needed: $out"
