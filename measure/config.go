@@ -1,7 +1,6 @@
 package measure
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -154,13 +153,6 @@ type Config struct {
 
 	// Clock stamps every tool-clock stage.
 	Clock clock.WithTicker
-
-	// BeforeDelete, when set, is called before each deletion of delete
-	// mode, once steady state is back (and after any --trial-jitter
-	// pause), with the run's namespace; the deletion waits for it, and an
-	// error ends the run. Tests use it to choose the moment of a deletion
-	// (e.g. when no EndpointSlice sync is pending). nil deletes at once.
-	BeforeDelete func(ctx context.Context, namespace string) error
 }
 
 // Validate checks the fields and their combinations — everything but the

@@ -46,11 +46,6 @@ func pickPod(pods []*corev1.Pod) *corev1.Pod {
 // trial deletes one pod and records every stage of its removal.
 func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	cfg := r.cfg
-	if cfg.BeforeDelete != nil {
-		if err := cfg.BeforeDelete(ctx, r.ns); err != nil {
-			return nil, fmt.Errorf("trial %d: before the deletion: %w", i, err)
-		}
-	}
 	pods, err := r.steadyPods()
 	if err != nil {
 		return nil, err
