@@ -199,6 +199,12 @@ func (r *runner) verify(ctx context.Context, d *appsv1.Deployment, rep *Report, 
 	b.OK = gen.Totals().OK
 	rep.Baseline = &b
 	if b.OK == 0 {
+		if upstreamDown(b) {
+			// The ingress took the request and found no pod answering: the
+			// flags reach the route; the Deployment does not serve yet.
+			return usage("no 2xx response from --%s %s with --%s %q in %s (%s): the ingress routes there but no pod of deployment/%s answered; is it listening on its Service's targetPort yet? (kubectl -n %s get endpointslices,pods)",
+				FlagURL, cfg.URL, FlagHost, cfg.Host, baseline, b, cfg.Deployment, cfg.Namespace)
+		}
 		return usage("no 2xx response from --%s %s with --%s %q in %s (%s): check --%s, --%s and --%s", FlagURL, cfg.URL, FlagHost, cfg.Host, baseline, b, FlagURL, FlagHost, FlagPath)
 	}
 
@@ -256,4 +262,12 @@ func newID() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// upstreamDown tells whether most of the baseline's failures are the
+// ingress's own answers for an upstream it could not reach (502, 503, 504):
+// the request matched a route, so the URL and Host are not the problem.
+func upstreamDown(b Outcomes) bool {
+	n := b.Failed["status_502"] + b.Failed["status_503"] + b.Failed["status_504"]
+	return n > 0 && 2*n > b.Failures()
 }

@@ -304,3 +304,21 @@ func TestJSONRoundTrip(t *testing.T) {
 		t.Errorf("round trip differs:\n%s\n%s", first, again)
 	}
 }
+
+func TestUpstreamDown(t *testing.T) {
+	for _, c := range []struct {
+		failed map[string]int
+		want   bool
+	}{
+		{map[string]int{"status_502": 300}, true},
+		{map[string]int{"status_503": 20, "status_404": 5}, true},
+		{map[string]int{"status_404": 300}, false},
+		{map[string]int{"refused": 300}, false},
+		{map[string]int{"status_502": 5, "timeout": 5}, false},
+		{nil, false},
+	} {
+		if got := upstreamDown(Outcomes{Failed: c.failed}); got != c.want {
+			t.Errorf("upstreamDown(%v) = %v, want %v", c.failed, got, c.want)
+		}
+	}
+}

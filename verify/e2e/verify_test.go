@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -86,12 +88,49 @@ func team(t *testing.T, name string, grace time.Duration, edit func(*corev1.PodS
 	for {
 		d, err := c.AppsV1().Deployments(name).Get(ctx, "team", metav1.GetOptions{})
 		if err == nil && d.Status.ReadyReplicas == 2 && d.Status.UpdatedReplicas == 2 {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("team deployment in %s not ready: %v %+v", name, err, d.Status)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	serving(t, name+".local", deadline)
+}
+
+// serving waits until the ingress answers host with 2xx 10 times in a row.
+// Ready replicas are not enough: Skipper lists a new route only at its next
+// poll, and a pod without a readiness probe is Ready before it listens.
+// Skipper balances round-robin over the 2 endpoints, so 10 answers in a
+// row reach both pods; verify's 3 s baseline then sees the app serving.
+func serving(t *testing.T, host string, deadline time.Time) {
+	t.Helper()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	row := 0
+	var last string
+	for row < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not served 2xx through the ingress: last answer %s", host, last)
+		}
+		req, err := http.NewRequest(http.MethodPost, cluster.IngressURL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := hc.Do(req)
+		if err != nil {
+			last, row = err.Error(), 0
+		} else {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			last = resp.Status
+			if resp.StatusCode/100 == 2 {
+				row++
+				continue
+			}
+			row = 0
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
