@@ -55,6 +55,7 @@ const (
 	FlagListenDelay  = "listen-delay"
 	FlagReadiness    = "readiness"
 	FlagDrain        = "drain"
+	FlagDeregDelay   = "deregistration-delay"
 	FlagStopOnBlind  = "stop-on-blind-observer"
 )
 
@@ -121,6 +122,10 @@ type Config struct {
 	Overlay string
 	Labels  map[string]string
 
+	// DeregistrationDelay is a load balancer's deregistration delay in
+	// front of the pods; it goes into the header, and the recommended
+	// preStop must exceed it.
+	DeregistrationDelay time.Duration
 	// PreStop makes the probe pods carry the preStop httpGet to /prestop;
 	// PreStopSleep makes that hook sleep (applying a recommendation).
 	PreStop      bool
@@ -190,7 +195,7 @@ func (c *Config) Validate() error {
 		flag string
 		v    time.Duration
 	}{{FlagHold, c.Hold}, {FlagQuietPeriod, c.QuietPeriod}, {FlagGraceMargin, c.GraceMargin},
-		{FlagSettle, c.SettleTimeout}, {FlagTrialJitter, c.TrialJitter}, {FlagMaxSkew, c.MaxSkewUncertainty}, {FlagPreStopSleep, c.PreStopSleep}, {FlagDrain, c.Drain}, {FlagListenDelay, c.ProbeListenDelay}} {
+		{FlagSettle, c.SettleTimeout}, {FlagTrialJitter, c.TrialJitter}, {FlagMaxSkew, c.MaxSkewUncertainty}, {FlagPreStopSleep, c.PreStopSleep}, {FlagDrain, c.Drain}, {FlagDeregDelay, c.DeregistrationDelay}, {FlagListenDelay, c.ProbeListenDelay}} {
 		if d.v < 0 {
 			add("--%s (%s) must not be negative", d.flag, d.v)
 		}

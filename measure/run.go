@@ -233,7 +233,10 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		StartedAt: cfg.Clock.Now(), ServerVersion: serverVersion, Cluster: cfg.ClusterName,
 		Ingress: results.Ingress{Class: cfg.IngressClass, Controller: choice.Controller, Settings: obs.Settings(ctx)},
 		Mode:    string(cfg.Mode), Namespace: r.ns, Replicas: int(cfg.Replicas), Rate: cfg.Rate, Keepalive: cfg.KeepAlive,
-		DrainNS: int64(cfg.Drain), Flags: cfg.Flags, HoldNS: int64(cfg.PreStopSleep + cfg.Hold),
+		DrainNS: int64(cfg.Drain), DeregistrationDelayNS: int64(cfg.DeregistrationDelay), Flags: cfg.Flags, HoldNS: int64(cfg.PreStopSleep + cfg.Hold),
+	}
+	if v, ok := obs.(upstream.Versioner); ok {
+		h.Ingress.Version = v.Version(ctx)
 	}
 	if obs.Name() != upstream.KindNone {
 		h.Observers = []results.Observer{{Name: obs.Name(), ResolutionNS: int64(obs.Resolution()), Settings: obs.Settings(ctx)}}

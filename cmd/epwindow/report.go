@@ -20,7 +20,7 @@ const (
 	flagHeadroom            = "headroom"
 	flagQuantile            = "quantile"
 	flagConfidence          = "confidence"
-	flagDeregistrationDelay = "deregistration-delay"
+	flagDeregistrationDelay = measure.FlagDeregDelay
 )
 
 func reportCommand() *cli.Command {
@@ -45,7 +45,7 @@ it finished, and says so. The bootstrap is seeded: the same file always renders 
 			&cli.DurationFlag{Name: flagHeadroom, Value: results.DefaultHeadroom, Usage: "added to preStop + drain for terminationGracePeriodSeconds"},
 			&cli.Float64Flag{Name: flagQuantile, Usage: fmt.Sprintf("share of deletions the preStop covers, bounded from above with --%s (default: the run's, else %g)", flagConfidence, results.DefaultQuantile)},
 			&cli.Float64Flag{Name: flagConfidence, Usage: fmt.Sprintf("confidence of that upper bound (default: the run's, else %g)", results.DefaultConfidence)},
-			&cli.DurationFlag{Name: flagDeregistrationDelay, Usage: "a load balancer's deregistration delay the preStop must exceed (default: the run's)"},
+			&cli.DurationFlag{Name: flagDeregistrationDelay, Usage: "a load balancer's deregistration delay the preStop must exceed (default: the one measure --deregistration-delay recorded, if any)"},
 		},
 		OnUsageError: usageError("report"),
 		Action:       runReport,

@@ -132,7 +132,7 @@ func controllerPod(ns, name string, args ...string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name),
 			Labels: map[string]string{"app.kubernetes.io/name": "ingress-nginx", "app.kubernetes.io/component": "controller"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{
-			{Name: "controller", Args: append([]string{"/nginx-ingress-controller"}, args...)},
+			{Name: "controller", Image: "registry.k8s.io/ingress-nginx/controller:v1.11.2@sha256:d5f8", Args: append([]string{"/nginx-ingress-controller"}, args...)},
 		}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
@@ -157,6 +157,9 @@ func TestNginxPodDiscovery(t *testing.T) {
 	defer obs.Close()
 	if got := obs.Settings(context.Background()); got["sync-rate-limit"] != "1" {
 		t.Errorf("settings %v, want sync-rate-limit 1", got)
+	}
+	if got := obs.(Versioner).Version(context.Background()); got != "v1.11.2" {
+		t.Errorf("version %q, want the image tag v1.11.2", got)
 	}
 	s, err := obs.Poll(context.Background())
 	if err != nil {
@@ -229,5 +232,20 @@ func TestPreflightNeedsAController(t *testing.T) {
 	}
 	if err := Preflight(ctx, noneObserver{}); err != nil {
 		t.Errorf("Preflight of --observer none: %v", err)
+	}
+}
+
+func TestImageTag(t *testing.T) {
+	for ref, want := range map[string]string{
+		"registry.k8s.io/ingress-nginx/controller:v1.11.2": "v1.11.2",
+		"registry:5000/skipper:v0.27.57@sha256:abc":        "v0.27.57",
+		"registry:5000/skipper@sha256:abc":                 "sha256:abc",
+		"registry:5000/skipper":                            "",
+		"traefik":                                          "",
+		"ghcr.io/org/img:1.0":                              "1.0",
+	} {
+		if got := imageTag(ref); got != want {
+			t.Errorf("imageTag(%q) = %q, want %q", ref, got, want)
+		}
 	}
 }

@@ -43,6 +43,12 @@ type Snapshot struct {
 	Replicas []ReplicaUpstreams
 }
 
+// Versioner is an Observer that knows the controller's version (from its
+// pods' images); measure writes it into the results header.
+type Versioner interface {
+	Version(ctx context.Context) string
+}
+
 // Observer reads an ingress controller's or load balancer's own live view of
 // its upstreams.
 type Observer interface {

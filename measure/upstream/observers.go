@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,11 +44,40 @@ func (o *httpObserver) Settings(ctx context.Context) map[string]string {
 	if o.settings == nil {
 		return nil
 	}
-	args := o.src.args(ctx)
-	if args == nil {
+	cs := o.src.containers(ctx)
+	if cs == nil {
 		return nil
 	}
+	args := make([][]string, len(cs))
+	for i, c := range cs {
+		args[i] = append(slices.Clone(c.Command), c.Args...)
+	}
 	return o.settings(args)
+}
+
+// Version is the controller's version as its replicas' images tag it
+// ("v1.11.2"; distinct tags joined with ", " mid-upgrade), or "" when the
+// replicas are plain URLs or their images carry no tag.
+func (o *httpObserver) Version(ctx context.Context) string {
+	var tags []string
+	for _, c := range o.src.containers(ctx) {
+		if t := imageTag(c.Image); t != "" && !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+	}
+	return strings.Join(tags, ", ")
+}
+
+// imageTag is an image reference's tag, or its digest when it has no tag:
+// "registry:5000/ingress-nginx/controller:v1.11.2@sha256:…" → "v1.11.2".
+func imageTag(ref string) string {
+	name, digest, _ := strings.Cut(ref, "@")
+	// A tag follows the last colon after the last slash (a colon before it
+	// belongs to the registry's port).
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		return name[i+1:]
+	}
+	return digest
 }
 
 // requestURL is the replica's base URL with the observer's path, unless the

@@ -34,9 +34,10 @@ type endpoint struct {
 // source yields the replicas an HTTP observer reads at each poll.
 type source interface {
 	endpoints(ctx context.Context) ([]endpoint, error)
-	// args returns each replica's controller container command line, for
-	// Settings; nil when the replicas are plain URLs.
-	args(ctx context.Context) [][]string
+	// containers returns each replica's controller container, for Settings
+	// (its command line) and Version (its image); nil when the replicas are
+	// plain URLs.
+	containers(ctx context.Context) []corev1.Container
 	close() error
 }
 
@@ -51,8 +52,8 @@ func (s urlSource) endpoints(context.Context) ([]endpoint, error) {
 	return eps, nil
 }
 
-func (urlSource) args(context.Context) [][]string { return nil }
-func (urlSource) close() error                    { return nil }
+func (urlSource) containers(context.Context) []corev1.Container { return nil }
+func (urlSource) close() error                                  { return nil }
 
 // podSource finds the controller's pods by label selector and reaches each
 // one's in-pod port through the API server's port-forward (the port may be
@@ -235,16 +236,16 @@ func (s *podSource) open(ctx context.Context, p corev1.Pod) (*forward, error) {
 	return f, nil
 }
 
-func (s *podSource) args(ctx context.Context) [][]string {
+func (s *podSource) containers(ctx context.Context) []corev1.Container {
 	pods, err := s.list(ctx)
 	if err != nil {
 		return nil
 	}
-	var out [][]string
+	var out []corev1.Container
 	for _, p := range pods {
 		for _, c := range p.Spec.Containers {
 			if s.container == "" || strings.Contains(c.Name, s.container) {
-				out = append(out, append(slices.Clone(c.Command), c.Args...))
+				out = append(out, c)
 				break
 			}
 		}
