@@ -27,9 +27,8 @@ image:
 # k8s.io/kubernetes v1.37.2) and bin/skipper (Zalando Skipper, version pinned
 # in deploy/local/skipper-build/go.mod, built unmodified). Make relinks only
 # when their sources change, and Go's build cache keeps compiled packages, so
-# a second `make cluster` takes seconds. A cold build (22 min on 2 cores, see
-# README "The local cluster")
-# lists packages as they compile. The version stamp keeps clients happy.
+# a second `make cluster` takes seconds. A cold build (about 20 min on 2
+# cores, see README "The local cluster") lists packages as they compile. The version stamp keeps clients happy.
 K8S_VERSION   := v1.37.2
 LOCAL_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
@@ -37,13 +36,13 @@ LOCAL_SRC     := $(shell find deploy/local internal/localcluster/flock -name '*.
 	deploy/local/go.mod deploy/local/go.sum internal/localcluster/go.mod
 # The deploy/local packages `make test` runs (the others import
 # k8s.io/kubernetes, which -race would rebuild from scratch).
-LOCAL_TEST_PKGS := ./nodeagent/... ./skipper/... ./e2e/...
+LOCAL_TEST_PKGS := ./nodeagent/... ./skipper/... ./kubeproxy ./e2e/...
 
 .PHONY: cluster
 cluster: $(BIN)/epwindow-local $(BIN)/skipper
 
 $(BIN)/epwindow-local: $(LOCAL_SRC)
-	@echo "building $@ (first build: about 20 min on 2 cores; compiled packages are listed)"
+	@echo "building $@ (first build: 11-20 min on 2 cores; compiled packages are listed)"
 	cd deploy/local && $(GO) build -v -trimpath -ldflags '$(LOCAL_LDFLAGS)' -o $(CURDIR)/$@ ./cmd/epwindow-local
 
 $(BIN)/skipper: deploy/local/skipper-build/go.mod deploy/local/skipper-build/go.sum

@@ -38,6 +38,10 @@ missing_plugins() {
 
 pkgs=()
 command -v ip >/dev/null || pkgs+=(iproute2)
+# kube-proxy (epwindow-local up --proxy-mode) drives the kernel through the
+# nft command (nftables mode, the default) or iptables-restore (iptables).
+command -v nft >/dev/null || pkgs+=(nftables)
+command -v iptables-restore >/dev/null || pkgs+=(iptables)
 [ -z "$(missing_plugins)" ] || [ -x "$CNI_PKG_DIR/bridge" ] || pkgs+=(containernetworking-plugins)
 
 if [ ${#pkgs[@]} -gt 0 ]; then
@@ -60,3 +64,5 @@ if [ -n "$(missing_plugins)" ]; then
 	echo "make deps: linked the CNI plugins into $CNI_BIN_DIR"
 fi
 command -v ip >/dev/null || fail "no ip command after installing iproute2"
+command -v nft >/dev/null || fail "no nft command after installing nftables"
+command -v iptables-restore >/dev/null || fail "no iptables-restore after installing iptables"

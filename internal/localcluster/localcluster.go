@@ -38,6 +38,12 @@ type Options struct {
 	Dir string
 	// Timeout bounds the wait for READY (0 = 2 minutes).
 	Timeout time.Duration
+	// ProxyMode is kube-proxy's mode, --proxy-mode: nftables (""), iptables
+	// or none.
+	ProxyMode string
+	// ProxyMinSyncPeriod is kube-proxy's minSyncPeriod,
+	// --proxy-min-sync-period (0 = kube-proxy's default, 1s).
+	ProxyMinSyncPeriod time.Duration
 }
 
 // args is up's command line for o (defaults applied).
@@ -47,12 +53,17 @@ func (o Options) args(dir string) []string {
 		"--nodes", strconv.Itoa(o.Nodes),
 		"--batch-period", o.BatchPeriod.String(),
 		"--ingress-poll", o.IngressPoll.String(),
+		"--proxy-mode", o.ProxyMode,
+		"--proxy-min-sync-period", o.ProxyMinSyncPeriod.String(),
 	}
 }
 
 func (o Options) withDefaults() Options {
 	if o.Nodes == 0 {
 		o.Nodes = 2
+	}
+	if o.ProxyMode == "" {
+		o.ProxyMode = "nftables"
 	}
 	if o.IngressPoll == 0 {
 		o.IngressPoll = 3 * time.Second

@@ -13,8 +13,9 @@ import (
 	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 )
 
-// ServiceClusterIPRange is the Services' address range. It never leaves the
-// API server: nothing on this machine routes it (no kube-proxy).
+// ServiceClusterIPRange is the Services' address range. The node agent
+// routes it onto the pod bridge and kube-proxy rewrites it (epwindow-local
+// up --proxy-mode); with --proxy-mode none nothing routes it.
 const ServiceClusterIPRange = "10.96.0.0/16"
 
 // apiserverArgs are kube-apiserver's flags, as on a kubeadm control plane but

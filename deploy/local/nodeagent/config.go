@@ -37,6 +37,14 @@ type Config struct {
 	// PodCIDR is the pod address range (default 10.244.0.0/16); it must be
 	// an IPv4 /16 so that every node gets a /24 of it.
 	PodCIDR string
+	// ServiceCIDR, when set, is the Services' ClusterIP range, routed for a
+	// kube-proxy on this machine: pods get routes to it and to the whole
+	// PodCIDR through their node's gateway on the bridge, the bridge
+	// forwards (for packets it receives only: its own forwarding sysctl,
+	// not the machine's ip_forward), and the root namespace routes the range
+	// onto the bridge, so a ClusterIP that kube-proxy does not rewrite goes
+	// nowhere but the bridge. Empty: pods reach only their own subnet.
+	ServiceCIDR string
 	// Prefix starts the name of everything the agent creates on the
 	// machine: network namespaces, the bridge, veths (default "epw").
 	Prefix string
@@ -86,6 +94,15 @@ func (cfg Config) validateNetwork() error {
 	}
 	if p.Addr().IsLoopback() || !p.Addr().IsPrivate() {
 		return fmt.Errorf("pod CIDR %q must be a private range (10/8, 172.16/12, 192.168/16)", cfg.PodCIDR)
+	}
+	if cfg.ServiceCIDR != "" {
+		sp, err := netip.ParsePrefix(cfg.ServiceCIDR)
+		if err != nil {
+			return fmt.Errorf("service CIDR %q: %w", cfg.ServiceCIDR, err)
+		}
+		if !sp.Addr().Is4() || sp.Masked() != sp || !sp.Addr().IsPrivate() || sp.Overlaps(p) {
+			return fmt.Errorf("service CIDR %q must be a private IPv4 network apart from the pod CIDR %s", cfg.ServiceCIDR, cfg.PodCIDR)
+		}
 	}
 	if len(cfg.Nodes) == 0 {
 		return errors.New("no nodes: give at least one node name")
@@ -150,3 +167,14 @@ func (cfg Config) bridgeName() string { return cfg.Prefix + "-br" }
 
 // netnsName is the pod's network namespace, under /run/netns.
 func (cfg Config) netnsName(uid string) string { return cfg.Prefix + "-" + uid }
+
+// HostAddr is the root namespace's address on the bridge as node 0's pods
+// see it (their gateway, 10.244.0.1): where the machine's own services are
+// reachable from every pod once ServiceCIDR routes the pod CIDR.
+func (cfg Config) HostAddr() (netip.Addr, error) {
+	sub, err := nodeSubnet(cfg.withDefaults().PodCIDR, 0)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return gateway(sub), nil
+}

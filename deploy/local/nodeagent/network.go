@@ -81,6 +81,11 @@ func SetupNetwork(cfg Config) error {
 	if err := ipCmd(ctx, "link", "set", br, "up"); err != nil {
 		return fmt.Errorf("bring up bridge %s: %w", br, err)
 	}
+	if cfg.ServiceCIDR != "" {
+		if err := routeServices(ctx, cfg); err != nil {
+			return err
+		}
+	}
 	dir := cniDir(cfg)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("clear CNI state: %w", err)
@@ -111,13 +116,51 @@ func SetupNetwork(cfg Config) error {
 	return nil
 }
 
+// routeServices lets the bridge forward what it receives (IPv4 forwarding
+// is decided by the receiving interface's own forwarding sysctl,
+// IN_DEV_FORWARD in the kernel's ip_route_input_slow; the machine's
+// ip_forward stays as it is, and the setting goes with the bridge) and
+// routes the service range onto the bridge from node 0's gateway address:
+// a connection from the root namespace to a ClusterIP needs a route before
+// kube-proxy's DNAT in the output hook rewrites it, and one kube-proxy does
+// not rewrite must not leave the machine.
+func routeServices(ctx context.Context, cfg Config) error {
+	br := cfg.bridgeName()
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+br+"/forwarding", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("let bridge %s forward: %w", br, err)
+	}
+	sub, err := nodeSubnet(cfg.PodCIDR, 0)
+	if err != nil {
+		return err
+	}
+	if err := ipCmd(ctx, "route", "replace", cfg.ServiceCIDR, "dev", br, "src", gateway(sub).String(), "proto", routeProto); err != nil {
+		return fmt.Errorf("route service CIDR %s onto bridge %s: %w", cfg.ServiceCIDR, br, err)
+	}
+	return nil
+}
+
 // bridgeConfList is node i's CNI network: a port on the shared bridge and an
-// address from host-local in the node's /24. No routes and isGateway false:
-// the pod reaches only its subnet, and the plugin leaves ip_forward alone.
+// address from host-local in the node's /24, with isGateway false (the
+// agent addresses the bridge itself; the plugin leaves ip_forward alone).
+// Without a service CIDR there are no routes: the pod reaches only its
+// subnet. With one, the pod CIDR and the service CIDR are routed through
+// the node's gateway, as a real cluster's pod network does.
 func bridgeConfList(cfg Config, i int) ([]byte, error) {
 	sub, err := nodeSubnet(cfg.PodCIDR, i)
 	if err != nil {
 		return nil, err
+	}
+	ipam := map[string]any{
+		"type":    "host-local",
+		"dataDir": filepath.Join(cniDir(cfg), "ipam"),
+		"ranges": [][]map[string]string{{{
+			"subnet":  sub.String(),
+			"gateway": gateway(sub).String(),
+		}}},
+	}
+	if cfg.ServiceCIDR != "" {
+		gw := gateway(sub).String()
+		ipam["routes"] = []map[string]string{{"dst": cfg.PodCIDR, "gw": gw}, {"dst": cfg.ServiceCIDR, "gw": gw}}
 	}
 	return json.MarshalIndent(map[string]any{
 		"cniVersion": cniVersion,
@@ -128,14 +171,7 @@ func bridgeConfList(cfg Config, i int) ([]byte, error) {
 			"isGateway":   false,
 			"ipMasq":      false,
 			"hairpinMode": false,
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"dataDir": filepath.Join(cniDir(cfg), "ipam"),
-				"ranges": [][]map[string]string{{{
-					"subnet":  sub.String(),
-					"gateway": gateway(sub).String(),
-				}}},
-			},
+			"ipam":        ipam,
 		}},
 	}, "", "  ")
 }

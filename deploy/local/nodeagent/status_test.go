@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,14 +174,17 @@ func TestValidateNetwork(t *testing.T) {
 		t.Fatalf("defaults rejected: %v", err)
 	}
 	for name, mod := range map[string]func(*Config){
-		"prefix with dash":  func(c *Config) { c.Prefix = "ep-w" },
-		"long prefix":       func(c *Config) { c.Prefix = "epwindow" },
-		"public CIDR":       func(c *Config) { c.PodCIDR = "8.8.0.0/16" },
-		"not a /16":         func(c *Config) { c.PodCIDR = "10.244.0.0/24" },
-		"loopback CIDR":     func(c *Config) { c.PodCIDR = "127.1.0.0/16" },
-		"no nodes":          func(c *Config) { c.Nodes = nil },
-		"duplicate node":    func(c *Config) { c.Nodes = []string{"a", "a"} },
-		"relative statedir": func(c *Config) { c.StateDir = "x" },
+		"prefix with dash":           func(c *Config) { c.Prefix = "ep-w" },
+		"long prefix":                func(c *Config) { c.Prefix = "epwindow" },
+		"public CIDR":                func(c *Config) { c.PodCIDR = "8.8.0.0/16" },
+		"not a /16":                  func(c *Config) { c.PodCIDR = "10.244.0.0/24" },
+		"loopback CIDR":              func(c *Config) { c.PodCIDR = "127.1.0.0/16" },
+		"no nodes":                   func(c *Config) { c.Nodes = nil },
+		"duplicate node":             func(c *Config) { c.Nodes = []string{"a", "a"} },
+		"relative statedir":          func(c *Config) { c.StateDir = "x" },
+		"service CIDR overlaps pods": func(c *Config) { c.ServiceCIDR = "10.244.128.0/17" },
+		"public service CIDR":        func(c *Config) { c.ServiceCIDR = "8.8.0.0/16" },
+		"service CIDR not masked":    func(c *Config) { c.ServiceCIDR = "10.96.0.1/16" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := ok
@@ -189,5 +193,45 @@ func TestValidateNetwork(t *testing.T) {
 				t.Fatal("accepted")
 			}
 		})
+	}
+}
+
+// With a service CIDR the pod routes the pod CIDR and the service CIDR
+// through its node's gateway; without one it has no route beyond its
+// subnet.
+func TestBridgeConfListRoutes(t *testing.T) {
+	cfg := Config{Nodes: []string{"node-0", "node-1"}, StateDir: "/tmp/x"}.withDefaults()
+	b, err := bridgeConfList(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "routes") {
+		t.Errorf("routes without a service CIDR:\n%s", b)
+	}
+	cfg.ServiceCIDR = "10.96.0.0/16"
+	if err := cfg.validateNetwork(); err != nil {
+		t.Fatal(err)
+	}
+	b, err = bridgeConfList(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf struct {
+		Plugins []struct {
+			IPAM struct {
+				Routes []struct{ Dst, GW string }
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &conf); err != nil {
+		t.Fatal(err)
+	}
+	got := conf.Plugins[0].IPAM.Routes
+	want := []struct{ Dst, GW string }{{"10.244.0.0/16", "10.244.1.1"}, {"10.96.0.0/16", "10.244.1.1"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("routes %+v, want %+v", got, want)
+	}
+	if a, err := cfg.HostAddr(); err != nil || a.String() != "10.244.0.1" {
+		t.Errorf("HostAddr = %v, %v; want 10.244.0.1", a, err)
 	}
 }

@@ -2,7 +2,7 @@
 // a node agent that runs pods as processes in network namespaces, and
 // Zalando Skipper as ingress, all on this machine.
 //
-//	epwindow-local up --dir /tmp/x [--nodes 2] [--batch-period 0s] [--ingress-poll 3s]
+//	epwindow-local up --dir /tmp/x [--nodes 2] [--batch-period 0s] [--ingress-poll 3s] [--proxy-mode nftables]
 //
 // prints one line when the cluster is usable:
 //

@@ -6,18 +6,26 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/epwindow/epwindow/deploy/local/kubeproxy"
+	proxyapp "github.com/epwindow/epwindow/deploy/local/kubeproxy/app"
 )
 
 const usage = `usage: epwindow-local up --dir DIR [--nodes 2] [--batch-period 0s] [--ingress-poll 3s]
+       [--proxy-mode nftables|iptables|none] [--proxy-min-sync-period 1s]
 
 Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the node
-agent and Skipper; prints "READY kubeconfig=... ingress=... routes=..." on
+agent, kube-proxy and Skipper; prints "READY kubeconfig=... ingress=... routes=..." on
 stdout when the cluster is usable; SIGINT or SIGTERM tears it all down.
 Component logs are written under DIR.
 `
 
 func main() {
 	if handled := dispatchShim(); handled {
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == kubeproxy.Arg {
+		proxyapp.Main(os.Args[2:])
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "up" {

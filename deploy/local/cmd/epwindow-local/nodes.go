@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epwindow/epwindow/deploy/local/controlplane"
+	"github.com/epwindow/epwindow/deploy/local/kubeproxy"
 	"github.com/epwindow/epwindow/deploy/local/nodeagent"
 )
 
@@ -75,7 +76,9 @@ func startNodes(ctx context.Context, cfg upConfig, cp *controlplane.ControlPlane
 		BinDir:    cfg.BinDir,
 		CNIBinDir: cfg.CNIBinDir,
 		StateDir:  filepath.Join(cfg.Dir, "nodes"),
-		Log:       slog.New(slog.NewTextHandler(logf, nil)),
+		// ClusterIPs are routed when a kube-proxy will rewrite them.
+		ServiceCIDR: serviceCIDR(cfg),
+		Log:         slog.New(slog.NewTextHandler(logf, nil)),
 	}
 	if err := nodeagent.SetupNetwork(n.cfg); err != nil {
 		n.Stop()
@@ -146,4 +149,11 @@ func (n *nodeAgent) Stop() {
 	if n.logf != nil {
 		n.logf.Close()
 	}
+}
+
+func serviceCIDR(cfg upConfig) string {
+	if cfg.ProxyMode == kubeproxy.ModeNone {
+		return ""
+	}
+	return controlplane.ServiceClusterIPRange
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/epwindow/epwindow/deploy/local/controlplane"
+	"github.com/epwindow/epwindow/deploy/local/kubeproxy"
 	"github.com/epwindow/epwindow/deploy/local/nodeagent"
 	"github.com/epwindow/epwindow/deploy/local/skipper"
 
@@ -26,6 +27,8 @@ const (
 	flagIngressPoll = "ingress-poll"
 	flagBinDir      = "bin-dir"
 	flagCNIBinDir   = "cni-bin-dir"
+	flagProxyMode   = "proxy-mode"
+	flagProxySync   = "proxy-min-sync-period"
 )
 
 // upConfig is `up`'s flags, typed.
@@ -36,6 +39,8 @@ type upConfig struct {
 	IngressPoll time.Duration // Skipper's -source-poll-timeout
 	BinDir      string        // skipper and the containers' binaries
 	CNIBinDir   string        // the CNI plugins bridge, host-local, loopback
+	ProxyMode   string        // kube-proxy's mode, or none
+	ProxySync   time.Duration // kube-proxy's minSyncPeriod (0: its default)
 }
 
 func parseUp(args []string) (upConfig, error) {
@@ -48,6 +53,8 @@ func parseUp(args []string) (upConfig, error) {
 	fs.DurationVar(&c.IngressPoll, flagIngressPoll, 3*time.Second, "Skipper's poll interval of the API server (-source-poll-timeout)")
 	fs.StringVar(&c.BinDir, flagBinDir, "", "directory holding skipper and the binaries containers run (default: this executable's directory)")
 	fs.StringVar(&c.CNIBinDir, flagCNIBinDir, nodeagent.DefaultCNIBinDir, "directory holding the CNI plugins bridge, host-local and loopback (make deps installs them)")
+	fs.StringVar(&c.ProxyMode, flagProxyMode, kubeproxy.ModeNFTables, "kube-proxy's mode: nftables, iptables, or none (no kube-proxy: ClusterIPs do not route)")
+	fs.DurationVar(&c.ProxySync, flagProxySync, 0, "kube-proxy's minSyncPeriod, the least time between two syncs of its rules (0: kube-proxy's default, 1s)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -85,6 +92,20 @@ func (c *upConfig) validate() error {
 	if c.IngressPoll < 10*time.Millisecond {
 		return fmt.Errorf("--%s (%s) must be at least 10ms", flagIngressPoll, c.IngressPoll)
 	}
+	switch c.ProxyMode {
+	case kubeproxy.ModeNFTables, kubeproxy.ModeIPTables, kubeproxy.ModeNone:
+	default:
+		return fmt.Errorf("--%s %q: want %s, %s or %s", flagProxyMode, c.ProxyMode, kubeproxy.ModeNFTables, kubeproxy.ModeIPTables, kubeproxy.ModeNone)
+	}
+	if c.ProxySync < 0 {
+		return fmt.Errorf("--%s (%s) must not be negative", flagProxySync, c.ProxySync)
+	}
+	if c.ProxySync > 0 && c.ProxyMode == kubeproxy.ModeNone {
+		return fmt.Errorf("--%s needs a kube-proxy: --%s is none", flagProxySync, flagProxyMode)
+	}
+	if c.ProxyMode != kubeproxy.ModeNone && c.Nodes == 0 {
+		return fmt.Errorf("--%s %s needs at least one node (--%s)", flagProxyMode, c.ProxyMode, flagNodes)
+	}
 	return nil
 }
 
@@ -95,7 +116,7 @@ var ownedPaths = []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", 
 
 // logFiles are the per-component logs under DIR. A start truncates them;
 // teardown leaves them for reading.
-var logFiles = []string{"epwindow-local.log", "etcd.log", "apiserver.log", "controller-manager.log", "scheduler.log", "nodeagent.log", "skipper.log"}
+var logFiles = []string{"epwindow-local.log", "etcd.log", "apiserver.log", "controller-manager.log", "scheduler.log", "nodeagent.log", "skipper.log", "kube-proxy.log"}
 
 func removeOwned(dir string, withLogs bool) error {
 	var errs []error
@@ -173,6 +194,21 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 	defer nodes.Stop()
 	log.Info("nodes ready", "nodes", cfg.Nodes, "after", time.Since(start))
 
+	proxyDone := make(<-chan struct{})
+	if cfg.ProxyMode != kubeproxy.ModeNone {
+		kp, stop, err := startServices(ctx, cfg, cp, nodes)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				retErr = errors.Join(retErr, err)
+			}
+		}()
+		proxyDone = kp.Done()
+		log.Info("kube-proxy ready", "mode", cfg.ProxyMode, "pid", kp.PID(), "metrics", kp.MetricsURL, "after", time.Since(start))
+	}
+
 	tokenFile := filepath.Join(cp.PKI.Dir, "skipper.token")
 	if err := os.WriteFile(tokenFile, []byte(cp.PKI.SkipperToken), 0o600); err != nil {
 		return err
@@ -209,5 +245,46 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 		return fmt.Errorf("node agent: %w", err)
 	case <-sk.Done():
 		return fmt.Errorf("skipper exited (see skipper.log): %v", sk.Err())
+	case <-proxyDone:
+		return errors.New("kube-proxy exited (see kube-proxy.log)")
 	}
+}
+
+// startServices makes ClusterIPs work: the API server reachable from pods
+// for the kubernetes Service, then kube-proxy. stop undoes both, kube-proxy's
+// rules included.
+func startServices(ctx context.Context, cfg upConfig, cp *controlplane.ControlPlane, nodes *nodeAgent) (*kubeproxy.Proxy, func() error, error) {
+	host, err := nodes.cfg.HostAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	fwd, err := forwardAPIServer(host, cp.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := createKubernetesSlice(ctx, cp.Client, host); err != nil {
+		fwd.Close()
+		return nil, nil, err
+	}
+	kp, err := kubeproxy.Start(ctx, kubeproxy.Config{
+		Mode:            cfg.ProxyMode,
+		MinSyncPeriod:   cfg.ProxySync,
+		Kubeconfig:      cp.Kubeconfig,
+		NodeName:        nodes.cfg.Nodes[0],
+		ClusterCIDR:     nodeagent.DefaultPodCIDR,
+		NodePortAddress: host.String(),
+		LogFile:         filepath.Join(cfg.Dir, "kube-proxy.log"),
+	})
+	if err != nil {
+		fwd.Close()
+		return nil, nil, fmt.Errorf("kube-proxy: %w", err)
+	}
+	return kp, func() error {
+		err := kp.Stop()
+		fwd.Close()
+		if err != nil {
+			return fmt.Errorf("kube-proxy teardown: %w", err)
+		}
+		return nil
+	}, nil
 }

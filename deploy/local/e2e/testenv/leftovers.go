@@ -82,10 +82,49 @@ func Leftovers(ctx context.Context, dir string, marks ...string) ([]string, erro
 			}
 		}
 	}
+	kp, err := KubeProxyLeftovers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, kp...)
 	for _, n := range []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", "nodes"} {
 		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
 			out = append(out, "file "+filepath.Join(dir, n))
 		}
+	}
+	return out, nil
+}
+
+// KubeProxyLeftovers lists kube-proxy's state on the machine: its nftables
+// tables, iptables chains named KUBE-*, and epwindow-local's marker of a
+// running kube-proxy (kubeproxy.Marker).
+func KubeProxyLeftovers(ctx context.Context) ([]string, error) {
+	var out []string
+	if tables, err := exec.CommandContext(ctx, "nft", "list", "tables").Output(); err == nil {
+		for _, l := range strings.Split(string(tables), "\n") {
+			if f := strings.Fields(l); len(f) == 3 && f[2] == "kube-proxy" {
+				out = append(out, "nft "+l)
+			}
+		}
+	} else if _, lookErr := exec.LookPath("nft"); lookErr == nil {
+		return nil, fmt.Errorf("nft list tables: %w", err)
+	}
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		if _, err := exec.LookPath(save); err != nil {
+			continue
+		}
+		rules, err := exec.CommandContext(ctx, save).Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", save, err)
+		}
+		for _, l := range strings.Split(string(rules), "\n") {
+			if strings.HasPrefix(l, ":KUBE-") || strings.Contains(l, "-j KUBE-") {
+				out = append(out, save+": "+l)
+			}
+		}
+	}
+	if _, err := os.Stat("/run/epwindow-local-kube-proxy"); err == nil {
+		out = append(out, "file /run/epwindow-local-kube-proxy")
 	}
 	return out, nil
 }
