@@ -184,7 +184,7 @@ func TestKubeErrors(t *testing.T) {
 // before it contacts anything.
 func TestSubcommandsTakeClientFlags(t *testing.T) {
 	writeKubeconfig(t)
-	app := newApp()
+	app := newApp("epwindow")
 	for _, name := range []string{"measure", "verify", "lint"} {
 		cmd := app.Command(name)
 		var have []string

@@ -15,9 +15,9 @@ import (
 // version is stamped at link time: -ldflags "-X main.version=...".
 var version = "dev"
 
-func newApp() *cli.App {
-	return &cli.App{
-		Name:    "epwindow",
+func newApp(name string) *cli.App {
+	app := &cli.App{
+		Name:    name,
 		Usage:   "measure how long a deleted pod is still routed to, and the preStop that covers it",
 		Version: version,
 		Commands: []*cli.Command{
@@ -33,11 +33,13 @@ func newApp() *cli.App {
 		},
 		EnableBashCompletion: true,
 	}
+	renameExamples(app.Commands, name)
+	return app
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp().RunContext(ctx, os.Args)
+	err := newApp(appName(os.Args[0])).RunContext(ctx, os.Args)
 	stop()
 	if err != nil {
 		// cli.Exit errors are handled (printed, exit code) by the app itself.
