@@ -30,8 +30,15 @@ func newApp(name string) *cli.App {
 			lintCommand(),
 			policyCommand(),
 			verifyCommand(),
+			completionCommand(),
 		},
 		EnableBashCompletion: true,
+	}
+	app.BashComplete = completer(func() ([]*cli.Command, []cli.Flag) { return app.Commands, app.Flags })
+	for _, cmd := range app.Commands {
+		if cmd.BashComplete == nil {
+			cmd.BashComplete = completer(func() ([]*cli.Command, []cli.Flag) { return cmd.Subcommands, cmd.Flags })
+		}
 	}
 	renameExamples(app.Commands, name)
 	return app
