@@ -6,10 +6,19 @@ LDFLAGS  := -X main.version=$(VERSION)
 # Build outputs and caches live in gitignored folders.
 BIN      := bin
 
-.PHONY: build deps check-fresh test fmt-check vet bench image demo
+.PHONY: build install deps check-fresh test fmt-check vet bench image demo
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/epwindow ./cmd/epwindow
+
+# install copies bin/epwindow to $(PREFIX)/bin and links kubectl-epwindow to
+# it there: kubectl runs any kubectl-NAME on the PATH as `kubectl NAME`, and
+# the binary answers to that name. DESTDIR stages the tree for a package.
+PREFIX ?= /usr/local
+install: build
+	install -d '$(DESTDIR)$(PREFIX)/bin'
+	install -m 0755 $(BIN)/epwindow '$(DESTDIR)$(PREFIX)/bin/epwindow'
+	ln -sf epwindow '$(DESTDIR)$(PREFIX)/bin/kubectl-epwindow'
 
 # image writes bin/epwindow-image.tar offline (no Docker): one layer with the
 # static binary at /usr/local/bin/epwindow on an empty base, user 65532,

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,7 +26,7 @@ const (
 	flagHTTPPreStop = "http-prestop"
 	flagIgnore      = "ignore"
 	flagCluster     = "cluster"
-	flagLintNS      = "namespace"
+	flagAllNS       = "all-namespaces"
 )
 
 // numberFlags give the number lint and policy hold workloads to.
@@ -97,7 +98,7 @@ func lintCommand() *cli.Command {
    epwindow lint --prestop 8s --drain 30s --headroom 5s app.yaml
    helm template my-app ./chart | epwindow lint --from run.jsonl -
    epwindow lint --from run.jsonl --format sarif k8s/ > lint.sarif   # for code scanning
-   epwindow lint --from run.jsonl --cluster -n shop                  # live objects`,
+   epwindow lint --from run.jsonl --cluster -n shop                  # live objects (-A: all namespaces)`,
 		Description: `Checks Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs and bare Pods against the
 number: --from a measure results file (its recommended preStop; its drain and headroom unless
 --drain/--headroom say otherwise), or --prestop/--drain/--headroom by hand. A directory with a
@@ -107,12 +108,21 @@ Waive a rule for one object with the annotation lint.epwindow.io/RULE: "reason" 
 pod template); --ignore RULE drops it everywhere. Exit codes: 0 clean, 2 bad input, 3 findings.`,
 		Flags: append(append(numberFlags(),
 			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, json or sarif (SARIF 2.1.0)"},
-			&cli.BoolFlag{Name: flagCluster, Usage: "check the live objects of the cluster (-n NS, else all namespaces)", Category: "Cluster"},
-			&cli.StringFlag{Name: flagLintNS, Aliases: []string{"n"}, Usage: "with --cluster: the namespace (default: all)", Category: "Cluster"},
-		), kubeFlags()...),
+			&cli.BoolFlag{Name: flagCluster, Usage: "check the live objects of the cluster (-n NS, else the context's namespace; -A all)", Category: "Cluster"},
+			&cli.BoolFlag{Name: flagAllNS, Aliases: []string{"A"}, Usage: "with --cluster: every namespace (overrides -n, as in kubectl)", Category: "Cluster"},
+		), lintKubeFlags()...),
 		OnUsageError: usageError("lint"),
 		Action:       runLint,
 	}
+}
+
+// lintKubeFlags are kubectl's client flags but --cluster: lint's --cluster
+// (check live objects) came first, and scripts use it. The kubeconfig's
+// cluster is picked through --context or --server instead.
+func lintKubeFlags() []cli.Flag {
+	return slices.DeleteFunc(kubeFlags("with --cluster: the namespace (default: the kubeconfig context's)"), func(f cli.Flag) bool {
+		return slices.Contains(f.Names(), flagKubeCluster)
+	})
 }
 
 func runLint(c *cli.Context) error {
@@ -126,8 +136,10 @@ func runLint(c *cli.Context) error {
 	if c.Bool(flagCluster) == (c.NArg() > 0) {
 		return fail(exitUsage, "give files, directories or - for standard input, or --%s for live objects (not both)", flagCluster)
 	}
-	if c.IsSet(flagLintNS) && !c.Bool(flagCluster) {
-		return fail(exitUsage, "-n/--%s needs --%s", flagLintNS, flagCluster)
+	for _, f := range []string{flagNamespace, flagAllNS} {
+		if c.IsSet(f) && !c.Bool(flagCluster) {
+			return fail(exitUsage, "--%s needs --%s", f, flagCluster)
+		}
 	}
 	target, err := lintTarget(c)
 	if err != nil {
@@ -142,16 +154,20 @@ func runLint(c *cli.Context) error {
 	}
 	var objs []*lint.Object
 	if c.Bool(flagCluster) {
-		cfg, cs, _, err := kube(c)
+		kc, err := kube(c)
+		if err != nil {
+			return fail(kubeExitCode(err), "%v", err)
+		}
+		dyn, err := dynamic.NewForConfig(kc.config)
 		if err != nil {
 			return fail(exitCluster, "%v", err)
 		}
-		dyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			return fail(exitCluster, "%v", err)
+		ns := kc.namespace
+		if c.Bool(flagAllNS) {
+			ns = ""
 		}
 		var notes []string
-		objs, notes, err = lint.ListLive(c.Context, cs, dyn, c.String(flagLintNS))
+		objs, notes, err = lint.ListLive(c.Context, kc.client, dyn, ns)
 		switch {
 		case apierrors.IsForbidden(err):
 			return fail(exitForbidden, "%v", err)

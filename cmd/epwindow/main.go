@@ -15,9 +15,9 @@ import (
 // version is stamped at link time: -ldflags "-X main.version=...".
 var version = "dev"
 
-func newApp() *cli.App {
-	return &cli.App{
-		Name:    "epwindow",
+func newApp(name string) *cli.App {
+	app := &cli.App{
+		Name:    name,
 		Usage:   "measure how long a deleted pod is still routed to, and the preStop that covers it",
 		Version: version,
 		Commands: []*cli.Command{
@@ -30,14 +30,23 @@ func newApp() *cli.App {
 			lintCommand(),
 			policyCommand(),
 			verifyCommand(),
+			completionCommand(),
 		},
 		EnableBashCompletion: true,
 	}
+	app.BashComplete = completer(func() ([]*cli.Command, []cli.Flag) { return app.Commands, app.Flags })
+	for _, cmd := range app.Commands {
+		if cmd.BashComplete == nil {
+			cmd.BashComplete = completer(func() ([]*cli.Command, []cli.Flag) { return cmd.Subcommands, cmd.Flags })
+		}
+	}
+	renameExamples(app.Commands, name)
+	return app
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp().RunContext(ctx, os.Args)
+	err := newApp(appName(os.Args[0])).RunContext(ctx, os.Args)
 	stop()
 	if err != nil {
 		// cli.Exit errors are handled (printed, exit code) by the app itself.

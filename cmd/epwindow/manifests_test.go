@@ -17,7 +17,7 @@ import (
 func runApp(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	app := newApp()
+	app := newApp("epwindow")
 	app.Writer, app.ErrWriter = &out, &errOut
 	// cli.Exit errors would end the test binary through os.Exit.
 	app.ExitErrHandler = func(*cli.Context, error) {}

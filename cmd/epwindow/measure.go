@@ -62,9 +62,10 @@ deploy/rbac/namespaced allows (no cluster-wide write access).`,
 // measureFlags are the cluster flags, the workload flags shared with
 // manifests (so manifests prints what measure applies), and measure's own.
 func measureFlags() []cli.Flag {
-	fs := append(kubeFlags(), workloadFlags()...)
+	// Unlike kubectl, no -n does not mean the context's namespace: measure
+	// then makes a namespace of its own, the safe default.
+	fs := append(kubeFlags("run in this existing namespace (RBAC: deploy/rbac/namespaced) instead of creating epwindow-<id>; only the run's own objects there are created and deleted (default: a new namespace, not the context's)"), workloadFlags()...)
 	return append(fs,
-		&cli.StringFlag{Name: measure.FlagNamespace, Aliases: []string{"n"}, Usage: "run in this existing namespace (RBAC: deploy/rbac/namespaced) instead of creating epwindow-<id>; only the run's own objects there are created and deleted", Category: "Cluster"},
 		&cli.IntFlag{Name: measure.FlagTrials, Value: defaultTrials, Usage: fmt.Sprintf("deletions to time; the largest of %d bounds the p95 at 95%% (the p99 needs 299)", defaultTrials), Category: "Trials"},
 		&cli.Float64Flag{Name: flagQuantile, Value: results.DefaultQuantile, Usage: "share of deletions the recommended preStop covers, as an upper confidence bound", Category: "Trials"},
 		&cli.Float64Flag{Name: flagConfidence, Value: results.DefaultConfidence, Usage: "confidence of that bound", Category: "Trials"},
@@ -176,11 +177,12 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 }
 
 // givenFlags records the flags set on the command line, for the results
-// header; kubeconfig paths are left out (they name local files only).
+// header; kubeconfig paths are left out (they name local files only), and
+// so is --token (a secret).
 func givenFlags(c *cli.Context) map[string]string {
 	m := map[string]string{}
 	for _, name := range c.FlagNames() {
-		if !c.IsSet(name) || name == flagKubeconfig {
+		if !c.IsSet(name) || name == flagKubeconfig || name == flagToken {
 			continue
 		}
 		if v := c.Generic(name); v != nil {
@@ -205,11 +207,11 @@ func runMeasure(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("epwindow measure: "+err.Error(), exitUsage)
 	}
-	restCfg, client, ctxName, err := kube(c)
+	kc, err := kube(c)
 	if err != nil {
-		return cli.Exit("epwindow measure: "+err.Error(), exitCluster)
+		return cli.Exit("epwindow measure: "+err.Error(), kubeExitCode(err))
 	}
-	cfg.Client, cfg.RESTConfig, cfg.ClusterName = client, restCfg, ctxName
+	cfg.Client, cfg.RESTConfig, cfg.ClusterName = kc.client, kc.config, kc.context
 	if code, err := preflight(c.Context, cfg); err != nil {
 		if c.Context.Err() != nil {
 			// Ctrl-C cut a check short: not the check's failure.

@@ -11,22 +11,27 @@ import (
 	"github.com/epwindow/epwindow/measure"
 )
 
-// parseMeasure runs the measure command's flag parsing and returns the
-// typed configuration it builds.
-func parseMeasure(t *testing.T, args ...string) (measure.Config, error) {
+// parseWith runs cmd's flag parsing on args and returns what build makes
+// of the parsed flags.
+func parseWith[T any](t *testing.T, cmd *cli.Command, build func(*cli.Context) (T, error), args ...string) (T, error) {
 	t.Helper()
-	cmd := measureCommand()
-	var cfg measure.Config
-	var cfgErr error
+	var out T
+	var buildErr error
 	cmd.Action = func(c *cli.Context) error {
-		cfg, cfgErr = measureConfig(c)
+		out, buildErr = build(c)
 		return nil
 	}
 	app := &cli.App{Name: "epwindow", Commands: []*cli.Command{cmd}, Writer: &strings.Builder{}, ErrWriter: &strings.Builder{}}
-	if err := app.Run(append([]string{"epwindow", "measure"}, args...)); err != nil {
+	if err := app.Run(append([]string{"epwindow", cmd.Name}, args...)); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
-	return cfg, cfgErr
+	return out, buildErr
+}
+
+// parseMeasure returns the typed configuration measure builds from args.
+func parseMeasure(t *testing.T, args ...string) (measure.Config, error) {
+	t.Helper()
+	return parseWith(t, measureCommand(), measureConfig, args...)
 }
 
 // Every flag reaches its Config field: a flag that is parsed but not copied

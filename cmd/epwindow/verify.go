@@ -54,8 +54,7 @@ controller's to finish).`,
 }
 
 func verifyFlags() []cli.Flag {
-	return append(kubeFlags(),
-		&cli.StringFlag{Name: verify.FlagNamespace, Aliases: []string{"n"}, Value: "default", Usage: "namespace of the Deployment", Category: "Cluster"},
+	return append(kubeFlags("namespace of the Deployment (default: the kubeconfig context's, else default)"),
 		&cli.StringFlag{Name: verify.FlagURL, Usage: "the ingress as reachable from here, e.g. http://127.0.0.1:9090 (required)", Category: "Load"},
 		&cli.StringFlag{Name: verify.FlagHost, Usage: "Host header of the Deployment's route (default: --url's host)", Category: "Load"},
 		&cli.StringFlag{Name: verify.FlagPath, Value: "/", Usage: "path requested on the route", Category: "Load"},
@@ -79,9 +78,11 @@ func verifyFlags() []cli.Flag {
 }
 
 // verifyConfig turns flags and the argument into a validated verify.Config.
+// The namespace is kubectl's: -n, else the kubeconfig context's; reading
+// the kubeconfig for it is the one error (a kubeError) not of the flags.
 func verifyConfig(c *cli.Context) (verify.Config, error) {
 	cfg := verify.Config{
-		Namespace: c.String(verify.FlagNamespace), Host: c.String(verify.FlagHost),
+		Host:   c.String(verify.FlagHost),
 		Method: strings.ToUpper(c.String(verify.FlagMethod)), Body: c.String(verify.FlagBody),
 		Rate: c.Float64(verify.FlagRate), LoadTimeout: c.Duration(verify.FlagLoadTimeout),
 		Rollouts: c.Int(verify.FlagRollouts), Watch: c.Bool(verify.FlagWatch), Timeout: c.Duration(verify.FlagTimeout),
@@ -140,18 +141,26 @@ func verifyConfig(c *cli.Context) (verify.Config, error) {
 	if _, ok := verify.Reporters[c.String(flagFormat)]; !ok {
 		return cfg, fmt.Errorf("--%s %q: want text, json or markdown", flagFormat, c.String(flagFormat))
 	}
+	ns, _, err := kubeNamespace(c)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Namespace = ns
 	return cfg, cfg.Validate()
 }
 
 func runVerify(c *cli.Context) error {
 	cfg, err := verifyConfig(c)
-	if err != nil {
+	if ke := (*kubeError)(nil); errors.As(err, &ke) {
+		return cli.Exit("epwindow verify: "+err.Error(), ke.code)
+	} else if err != nil {
 		return cli.Exit("epwindow verify: "+err.Error(), exitUsage)
 	}
-	_, client, _, err := kube(c)
+	kc, err := kube(c)
 	if err != nil {
-		return cli.Exit("epwindow verify: "+err.Error(), exitCluster)
+		return cli.Exit("epwindow verify: "+err.Error(), kubeExitCode(err))
 	}
+	client := kc.client
 	if _, err := client.Discovery().ServerVersion(); err != nil {
 		return cli.Exit(fmt.Sprintf("epwindow verify: cannot reach the API server (check --%s / --%s): %v", flagKubeconfig, flagContext, err), exitCluster)
 	}
