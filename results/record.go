@@ -47,6 +47,9 @@ const (
 	ClockAPIServer Clock = "apiserver"
 	// ClockKubelet is a kubelet-reported metav1.Time (1 s resolution).
 	ClockKubelet Clock = "kubelet"
+	// ClockRunner is an in-cluster load runner's clock, corrected for its
+	// measured skew.
+	ClockRunner Clock = "runner"
 )
 
 // Stage names, as DESIGN.md's stage table defines them.
