@@ -33,6 +33,12 @@ type Options struct {
 	BatchPeriod time.Duration
 	// IngressPoll is Skipper's poll interval, --ingress-poll (0 = 3s).
 	IngressPoll time.Duration
+	// ProxyMode is kube-proxy's mode, --proxy-mode (nftables, iptables,
+	// none; "" = up's default, nftables).
+	ProxyMode string
+	// ProxyMinSyncPeriod is kube-proxy's --min-sync-period, passed as
+	// --proxy-min-sync-period (0 = up's default, kube-proxy's 1 s).
+	ProxyMinSyncPeriod time.Duration
 	// Dir is --dir: the cluster's kubeconfigs, state and logs; empty = a
 	// new temporary directory, removed by Stop unless the cluster failed.
 	Dir string
@@ -42,12 +48,21 @@ type Options struct {
 
 // args is up's command line for o (defaults applied).
 func (o Options) args(dir string) []string {
-	return []string{"up",
+	args := []string{"up",
 		"--dir", dir,
 		"--nodes", strconv.Itoa(o.Nodes),
 		"--batch-period", o.BatchPeriod.String(),
 		"--ingress-poll", o.IngressPoll.String(),
 	}
+	// Passed only when set, so a cluster binary without kube-proxy still
+	// starts with the zero Options.
+	if o.ProxyMode != "" {
+		args = append(args, "--proxy-mode", o.ProxyMode)
+	}
+	if o.ProxyMinSyncPeriod != 0 {
+		args = append(args, "--proxy-min-sync-period", o.ProxyMinSyncPeriod.String())
+	}
+	return args
 }
 
 func (o Options) withDefaults() Options {
