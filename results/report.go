@@ -237,15 +237,16 @@ func NewTextReporter(s *Summary) Reporter {
 			}
 			e.printf("\npaths side by side (offsets from T0 unless noted)\n")
 			for _, r := range append([][]string{header}, rows...) {
+				var line strings.Builder
 				for i, c := range r {
 					pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
 					if i < 2 {
-						e.printf("%s%s  ", c, pad)
+						line.WriteString(c + pad + "  ")
 					} else {
-						e.printf("%s%s  ", pad, c)
+						line.WriteString(pad + c + "  ")
 					}
 				}
-				e.printf("\n")
+				e.printf("%s\n", strings.TrimRight(line.String(), " "))
 			}
 			_, sentence := d.SetsWindow()
 			for _, l := range wrap(strings.Fields(sentence), " ", 100) {
