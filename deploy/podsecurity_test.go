@@ -49,6 +49,36 @@ func TestPodSecurityRestricted(t *testing.T) {
 	}
 }
 
+// The in-cluster load runners pass restricted too, for every overlay: they
+// are built from the probe's pod template, and a new namespace enforces
+// restricted (base/namespace.yaml).
+func TestPodSecurityRestrictedRunners(t *testing.T) {
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()}
+	for _, o := range append(Overlays(), BaseOverlay) {
+		t.Run(o, func(t *testing.T) {
+			p := testParams()
+			p.Overlay = o
+			d, err := RunnerDeployment(mustRender(t, p), p, testRunners())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl := d.Spec.Template
+			res := policy.AggregateCheckResults(eval.EvaluatePod(level, &tmpl.ObjectMeta, &tmpl.Spec))
+			if !res.Allowed {
+				t.Errorf("runner pod violates PodSecurity restricted: %s: %s", res.ForbiddenReason(), res.ForbiddenDetail())
+			}
+			sc := tmpl.Spec.Containers[0].SecurityContext
+			if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Error("runner readOnlyRootFilesystem is not true")
+			}
+		})
+	}
+}
+
 // TestPodSecurityCheckerBites: the same checker rejects the pod once one
 // hardening field is removed, so the test above is not vacuous.
 func TestPodSecurityCheckerBites(t *testing.T) {

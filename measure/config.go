@@ -3,6 +3,7 @@ package measure
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
+	"github.com/epwindow/epwindow/measure/load"
 	"github.com/epwindow/epwindow/measure/upstream"
 )
 
@@ -57,6 +59,10 @@ const (
 	FlagDrain        = "drain"
 	FlagDeregDelay   = "deregistration-delay"
 	FlagStopOnBlind  = "stop-on-blind-observer"
+	// FlagInClusterLoad and FlagInClusterRate set the in-cluster load
+	// runners: how many, and each one's requests per second.
+	FlagInClusterLoad = "in-cluster-load"
+	FlagInClusterRate = "in-cluster-rate"
 )
 
 // Config is one measurement run, typed and validated.
@@ -145,6 +151,13 @@ type Config struct {
 	// the recommendation adds it to the grace period.
 	Drain time.Duration
 
+	// InClusterLoad, when above 0, runs that many load runners in the run's
+	// namespace, one per node, each sending InClusterRate requests per
+	// second to the probe Service's ClusterIP: the kube-proxy path, timed
+	// as cluster_last_routed beside the ingress path.
+	InClusterLoad int
+	InClusterRate float64
+
 	// StopOnBlindObserver stops the run after a trial in which an observed
 	// controller replica could not be read; otherwise such trials are
 	// marked invalid and the run goes on.
@@ -211,6 +224,12 @@ func (c *Config) Validate() error {
 	}
 	if c.PreStopSleep >= c.Hold && c.Hold > 0 {
 		add("--%s (%s) must be shorter than --%s (%s)", FlagPreStopSleep, c.PreStopSleep, FlagHold, c.Hold)
+	}
+	if c.InClusterLoad < 0 {
+		add("--%s (%d) must not be negative", FlagInClusterLoad, c.InClusterLoad)
+	}
+	if c.InClusterLoad > 0 && (math.IsNaN(c.InClusterRate) || c.InClusterRate <= 0 || c.InClusterRate > load.MaxRate) {
+		add("--%s (%g) must be above 0 and at most %d requests per second", FlagInClusterRate, c.InClusterRate, load.MaxRate)
 	}
 	if c.Image == "" {
 		add("--%s must name the probe image", FlagImage)

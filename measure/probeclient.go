@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/epwindow/epwindow/measure/load"
 	"github.com/epwindow/epwindow/probe"
 )
 
@@ -33,12 +34,17 @@ func (p probeClient) portName(pod string) string {
 	return pod + ":" + strconv.Itoa(int(p.port))
 }
 
-// timeline reads GET /timeline of a running (possibly terminating) probe.
-func (p probeClient) timeline(ctx context.Context, pod string) (*probe.Timeline, error) {
+// get reads GET /<path> of pod's port through the pod proxy, within 5 s.
+func (p probeClient) get(ctx context.Context, pod, path string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	body, err := p.client.CoreV1().RESTClient().Get().Namespace(p.ns).Resource("pods").
-		Name(p.portName(pod)).SubResource("proxy").Suffix("timeline").DoRaw(ctx)
+	return p.client.CoreV1().RESTClient().Get().Namespace(p.ns).Resource("pods").
+		Name(p.portName(pod)).SubResource("proxy").Suffix(path).DoRaw(ctx)
+}
+
+// timeline reads GET /timeline of a running (possibly terminating) probe.
+func (p probeClient) timeline(ctx context.Context, pod string) (*probe.Timeline, error) {
+	body, err := p.get(ctx, pod, "timeline")
 	if err != nil {
 		return nil, fmt.Errorf("read probe timeline of pod %s/%s through the pod proxy (needs get pods/proxy): %w", p.ns, pod, err)
 	}
@@ -59,10 +65,7 @@ func (p probeClient) release(ctx context.Context, pod string) error {
 
 // probeClock reads GET /clock: the probe's time.
 func (p probeClient) probeClock(ctx context.Context, pod string) (time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	body, err := p.client.CoreV1().RESTClient().Get().Namespace(p.ns).Resource("pods").
-		Name(p.portName(pod)).SubResource("proxy").Suffix("clock").DoRaw(ctx)
+	body, err := p.get(ctx, pod, "clock")
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read probe clock of pod %s/%s: %w", p.ns, pod, err)
 	}
@@ -73,6 +76,23 @@ func (p probeClient) probeClock(ctx context.Context, pod string) (time.Time, err
 		return time.Time{}, fmt.Errorf("probe clock of pod %s/%s: unexpected body %.100q", p.ns, pod, body)
 	}
 	return time.Unix(0, c.UnixNS), nil
+}
+
+// runnerAPI is what the run asks of its in-cluster load runners through the
+// pod proxy: their statistics and their clock (GET /clock, the probe's
+// shape).
+type runnerAPI interface {
+	runnerStats(ctx context.Context, pod string) (load.Stats, error)
+	probeClock(ctx context.Context, pod string) (time.Time, error)
+}
+
+// runnerStats reads a load runner's GET /stats (p.port is its stats port).
+func (p probeClient) runnerStats(ctx context.Context, pod string) (load.Stats, error) {
+	body, err := p.get(ctx, pod, "stats")
+	if err != nil {
+		return load.Stats{}, fmt.Errorf("read runner stats of pod %s/%s through the pod proxy (needs get pods/proxy): %w", p.ns, pod, err)
+	}
+	return load.ParseStats(body)
 }
 
 func decodeTimeline(body []byte) (*probe.Timeline, error) {

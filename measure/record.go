@@ -44,6 +44,9 @@ type trialInput struct {
 	// reasons are the faults follow saw (a stall, a broken watch, the
 	// hold); buildRecord adds what the data itself shows.
 	reasons []results.Reason
+	// runners are the in-cluster load runners, read as the trial began and
+	// ended (nil without --in-cluster-load).
+	runners []*runnerState
 	// replacement is the new pod claimed as this trial's replacement
 	// (rollout mode); "" lets the trial claim the first one created after
 	// T0 (delete mode).
@@ -177,6 +180,7 @@ func buildRecord(in trialInput) *results.Record {
 		// ContainerExit: kubelet-reported finishedAt, 1 s resolution.
 		add(results.StageContainerExit, "", in.exitByKubelet.FinishedAt.Time, time.Second, results.ClockKubelet)
 	}
+	clusterStages(rec, in.runners, in.pod, in.maxSkew)
 	slices.SortStableFunc(rec.Stages, func(a, b results.Stage) int { return a.At.Compare(b.At) })
 	rec.Reasons = reasons
 	rec.Valid = len(reasons) == 0

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/epwindow/epwindow/deploy"
@@ -58,6 +59,11 @@ type runner struct {
 	gen       *load.Generator
 	probes    probeAPI
 	progress  func(Progress)
+	// params rendered wl; runnerDep is the in-cluster runners' Deployment
+	// (nil without --in-cluster-load), runners reads them.
+	params    deploy.Params
+	runnerDep *appsv1.Deployment
+	runners   runnerAPI
 
 	pmu  sync.Mutex // rollout trials report concurrently
 	last Progress
@@ -89,6 +95,7 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 	// Set before anything is created: cleanup releases probes through it,
 	// also after a create cut short by Ctrl-C.
 	r.probes = probeClient{client: cfg.Client, ns: r.ns, port: deploy.DefaultPort}
+	r.runners = probeClient{client: cfg.Client, ns: r.ns, port: deploy.DefaultStatsPort}
 
 	serverVersion := ""
 	if v, verr := cfg.Client.Discovery().ServerVersion(); verr == nil {
@@ -97,14 +104,15 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		return fmt.Errorf("reach the API server (check --kubeconfig / --context): %w", verr)
 	}
 
-	wl, err := deploy.Render(deploy.Params{
+	r.params = deploy.Params{
 		Namespace: r.ns, Name: name, Replicas: cfg.Replicas, Image: cfg.Image,
 		IngressClass: cfg.IngressClass, Host: cfg.Host, Hold: cfg.Hold, GraceMargin: cfg.GraceMargin,
 		Overlay: cfg.Overlay, Labels: cfg.Labels,
 		PreStop: cfg.PreStop, PreStopSleep: cfg.PreStopSleep, ExitOnSigterm: cfg.ExitOnSigterm,
 		ClockOffset: cfg.ProbeClockOffset, RunID: r.runID,
 		ListenDelay: cfg.ProbeListenDelay, NoReadiness: cfg.NoReadiness,
-	})
+	}
+	wl, err := deploy.Render(r.params)
 	if err != nil {
 		return fmt.Errorf("render the probe workload: %w", err)
 	}
@@ -234,6 +242,7 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		Ingress: results.Ingress{Class: cfg.IngressClass, Controller: choice.Controller, Settings: obs.Settings(ctx)},
 		Mode:    string(cfg.Mode), Namespace: r.ns, Replicas: int(cfg.Replicas), Rate: cfg.Rate, Keepalive: cfg.KeepAlive,
 		DrainNS: int64(cfg.Drain), DeregistrationDelayNS: int64(cfg.DeregistrationDelay), Flags: cfg.Flags, HoldNS: int64(cfg.PreStopSleep + cfg.Hold),
+		InClusterLoad: cfg.InClusterLoad, InClusterRate: cfg.InClusterRate,
 	}
 	if v, ok := obs.(upstream.Versioner); ok {
 		h.Ingress.Version = v.Version(ctx)

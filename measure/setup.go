@@ -44,6 +44,8 @@ const createTimeout = 30 * time.Second
 // the API server confirmed the create; names are r.wl's.
 type created struct {
 	service, deployment, ingress types.UID
+	// runners is the in-cluster runners' Deployment.
+	runners types.UID
 }
 
 // create makes the namespace (unless the run uses an existing one), the
@@ -75,8 +77,11 @@ func (r *runner) create(ctx context.Context) (err error) {
 		}
 	}
 	name := r.wl.Deployment.Name
+	var svc *corev1.Service
 	if r.made.service, err = call("service "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
-		return uidOf(c.CoreV1().Services(r.ns).Create(ctx, r.wl.Service, metav1.CreateOptions{}))
+		s, err := c.CoreV1().Services(r.ns).Create(ctx, r.wl.Service, metav1.CreateOptions{})
+		svc = s
+		return uidOf(s, err)
 	}); err != nil {
 		return err
 	}
@@ -85,8 +90,19 @@ func (r *runner) create(ctx context.Context) (err error) {
 	}); err != nil {
 		return err
 	}
-	r.made.ingress, err = call("ingress "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
+	if r.made.ingress, err = call("ingress "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
 		return uidOf(c.NetworkingV1().Ingresses(r.ns).Create(ctx, r.wl.Ingress, metav1.CreateOptions{}))
+	}); err != nil || r.cfg.InClusterLoad == 0 {
+		return err
+	}
+	// The runners target the ClusterIP the Service got when it was created.
+	dep, err := r.renderRunners(svc)
+	if err != nil {
+		return err
+	}
+	r.runnerDep = dep
+	r.made.runners, err = call("deployment "+r.ns+"/"+dep.Name+" (the in-cluster load runners)", func(ctx context.Context) (types.UID, error) {
+		return uidOf(c.AppsV1().Deployments(r.ns).Create(ctx, dep, metav1.CreateOptions{}))
 	})
 	return err
 }
@@ -117,6 +133,9 @@ func (r *runner) cleanup() error {
 	what := "namespace " + r.ns
 	if !r.ownNamespace() {
 		what = fmt.Sprintf("deployment, service and ingress %s in namespace %s", r.wl.Deployment.Name, r.ns)
+		if r.runnerDep != nil {
+			what += " and the runners' deployment " + r.runnerDep.Name
+		}
 	}
 	if r.cfg.Keep {
 		r.report(Progress{Phase: "cleanup", Message: "keeping " + what + " (--keep)"})
@@ -145,6 +164,8 @@ func (r *runner) deleteNamespace(ctx context.Context) error {
 		return fmt.Errorf("clean up: namespace %s is not this run's (labels %v); left alone", r.ns, ns.Labels)
 	}
 	_ = c.AppsV1().Deployments(r.ns).Delete(ctx, r.wl.Deployment.Name, metav1.DeleteOptions{})
+	// The runners stop sending before the probes go.
+	_, _ = r.deleteRunners(ctx)
 	r.releasePods(ctx, map[types.UID]bool{})
 	uid := ns.UID
 	if err := c.CoreV1().Namespaces().Delete(ctx, r.ns, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
@@ -186,19 +207,23 @@ func (r *runner) deleteObjects(ctx context.Context) error {
 	// The Deployment first, so that its ReplicaSet (removed by the garbage
 	// collector) stops replacing the pods released below.
 	gone("deployment", c.AppsV1().Deployments(r.ns).Delete(ctx, name, opts(r.made.deployment)))
+	if _, err := r.deleteRunners(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	gone("ingress", c.NetworkingV1().Ingresses(r.ns).Delete(ctx, name, opts(r.made.ingress)))
 	gone("service", c.CoreV1().Services(r.ns).Delete(ctx, name, opts(r.made.service)))
 	// Pods the ReplicaSet creates before the garbage collector removes it
 	// are released on a later pass.
 	seen := map[types.UID]bool{}
 	for {
-		if r.releasePods(ctx, seen) == 0 {
+		runners, _ := r.deleteRunners(ctx)
+		if r.releasePods(ctx, seen) == 0 && runners == 0 {
 			return errors.Join(errs...)
 		}
 		select {
 		case <-ctx.Done():
-			return errors.Join(append(errs, fmt.Errorf("clean up: probe pods still terminating in %s after %s; they go by themselves (check: kubectl -n %s get pods -l %s)",
-				r.ns, cleanupTimeout, r.ns, r.podSelector()))...)
+			return errors.Join(append(errs, fmt.Errorf("clean up: probe or runner pods still terminating in %s after %s; they go by themselves (check: kubectl -n %s get pods -l %s)",
+				r.ns, cleanupTimeout, r.ns, deploy.LabelRunID+"="+r.runID))...)
 		case <-r.cfg.Clock.After(cleanupPoll):
 		}
 	}

@@ -47,8 +47,20 @@ func (r *runner) waitSteady(ctx context.Context) error {
 	defer deadline.Stop()
 	tick := r.cfg.Clock.NewTicker(steadyPoll)
 	defer tick.Stop()
+	// Each runner's response count per probe pod at its first look: a pod
+	// is steady on the ClusterIP path once some runner's count grew.
+	base := map[string]int64{}
 	for {
 		why := r.steadyState(start)
+		if why == "" {
+			pods, err := r.steadyPods()
+			if err != nil {
+				return err
+			}
+			if why, err = r.runnersSteady(ctx, pods, base); err != nil {
+				return err
+			}
+		}
 		if why == "" {
 			return nil
 		}

@@ -80,7 +80,7 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 // while it still runs.
 func (r *runner) newInput(ctx context.Context, i int, pod *corev1.Pod, addr netip.Addr) trialInput {
 	in := trialInput{trial: i, pod: pod.Name, node: pod.Spec.NodeName, addr: addr, observer: r.tracker.Observer().Name(),
-		maxSkew: r.cfg.MaxSkewUncertainty}
+		maxSkew: r.cfg.MaxSkewUncertainty, runners: r.startRunners(ctx)}
 	if _, ok := r.gen.Skew(pod.Name); !ok {
 		if est, err := load.ClockSample(ctx, r.cfg.Clock, func(ctx context.Context) (time.Time, error) {
 			return r.probes.probeClock(ctx, pod.Name)
@@ -138,9 +138,14 @@ func (r *runner) follow(ctx context.Context, in trialInput, uid types.UID) (*res
 			} else {
 				tlErr = err
 			}
+			for _, st := range in.runners {
+				r.readRunner(ctx, st, 0)
+			}
 			lastRead = now
 		}
 		stage, quietSince, removed := r.releaseState(in, uid, addrPort)
+		// The probe is held until the ClusterIP path is quiet too.
+		quietSince = maxTime(quietSince, runnersLast(in.runners, in.pod))
 		r.report(Progress{Phase: "trial", Trial: i, Stage: stage})
 		if removed && now.Sub(quietSince) >= cfg.QuietPeriod {
 			break
@@ -210,6 +215,10 @@ wait:
 	}
 	if ps, ok := r.gen.Pod(in.pod); ok {
 		in.clientLast, in.clientOK = ps, true
+	}
+	// The runners' last word on the pod, and a fresh look at their clocks.
+	for _, st := range in.runners {
+		r.readRunner(ctx, st, runnerClockSamples)
 	}
 	if est, ok := r.nodeSkew(in.pod, in.node); ok {
 		if in.skewOK {

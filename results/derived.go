@@ -14,10 +14,11 @@ const PointWindow = "window"
 // for every key (the last controller replica to drop the address, the last
 // peer to open a connection).
 var keyedStages = map[string]bool{
-	StageUpstreamLastSeen: true,
-	StageUpstreamRemoved:  true,
-	StageLastAccept:       true,
-	StageUpstreamPresent:  true,
+	StageUpstreamLastSeen:  true,
+	StageUpstreamRemoved:   true,
+	StageLastAccept:        true,
+	StageUpstreamPresent:   true,
+	StageClusterLastRouted: true,
 }
 
 // Keyed reports whether a stage is recorded per key.
@@ -117,7 +118,12 @@ func (r *Record) TrafficEnd() (time.Duration, bool) {
 }
 
 // Window is max(last_accept over peers, last_request) − T0: how long after
-// the deletion new traffic still reached the pod.
+// the deletion new traffic still reached the pod, through any path. The
+// probe records accepts per peer, and in-cluster runners are peers of their
+// own (no SNAT on the ClusterIP path), so the window covers the ClusterIP
+// path as well as the ingress; cluster_last_routed is the runners' view of
+// the same instant, on other clocks, and stays out of it so that the cover
+// (window − prestop_called) remains a difference on one clock.
 func (r *Record) Window() (time.Duration, bool) { return r.TrafficEnd() }
 
 // AfterPrestop is the traffic end − prestop_called: what a preStop hook has

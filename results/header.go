@@ -40,6 +40,11 @@ type Header struct {
 	// report of the file uses them unless told otherwise (schema 2).
 	Quantile   float64 `json:"quantile,omitempty"`
 	Confidence float64 `json:"confidence,omitempty"`
+	// InClusterLoad is how many in-cluster load runners sent InClusterRate
+	// requests per second each through the probe Service's ClusterIP (0:
+	// none; the fields are additive within schema 2).
+	InClusterLoad int     `json:"in_cluster_load,omitempty"`
+	InClusterRate float64 `json:"in_cluster_rate,omitempty"`
 	// Flags are the command-line flags of the run, as given.
 	Flags map[string]string `json:"flags,omitempty"`
 }

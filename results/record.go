@@ -13,6 +13,14 @@ import (
 // invalidates only the stages it corrupts, and a trial that ran into the
 // hold is censored rather than dropped. Version-1 files are read with their
 // reasons classified from the text (see Record.ReasonList).
+//
+// In-cluster runners (measure --in-cluster-load) add fields within version
+// 2, all omitted when empty: Record.Runners, Record.ClusterFailures, the
+// keyed stage cluster_last_routed and SummaryDoc.Paths. A version-2 reader
+// that predates them ignores them and still reads a window that covers the
+// ClusterIP path (the probe's last_accept is per peer, runners included).
+// A runner's faults are notes on its Runner entry, never reason codes: an
+// older reader would take an unknown code as invalidating every stage.
 const SchemaVersion = 2
 
 // Kind tells the records of a results file apart: one header, one record per
@@ -39,6 +47,9 @@ const (
 	ClockAPIServer Clock = "apiserver"
 	// ClockKubelet is a kubelet-reported metav1.Time (1 s resolution).
 	ClockKubelet Clock = "kubelet"
+	// ClockRunner is an in-cluster load runner's clock, corrected for its
+	// measured skew.
+	ClockRunner Clock = "runner"
 )
 
 // Stage names, as DESIGN.md's stage table defines them.
@@ -59,6 +70,8 @@ const (
 	StageClientLastRouted   = "client_last_routed"
 	StageContainerExit      = "container_exit"
 	StagePodDeleted         = "pod_deleted"
+	// StageClusterLastRouted is keyed by runner ("pod/node"; Runner.Key).
+	StageClusterLastRouted = "cluster_last_routed"
 )
 
 // Stage is one timestamped event of a trial.
@@ -124,6 +137,38 @@ type Record struct {
 	// StartupNote says why startup stages are missing, when some are (the
 	// replacement was not routed within the settle timeout, its probe's
 	// record could not be read). The trial's validity does not depend on it.
-	StartupNote string  `json:"startup_note,omitempty"`
-	Stages      []Stage `json:"stages"`
+	StartupNote string `json:"startup_note,omitempty"`
+	// Runners are the in-cluster load runners that sent traffic through the
+	// Service's ClusterIP during this trial (measure --in-cluster-load).
+	Runners []Runner `json:"runners,omitempty"`
+	// ClusterFailures counts the runners' failures during this trial, by
+	// kind, summed over the runners.
+	ClusterFailures map[string]int `json:"cluster_failures,omitempty"`
+	Stages          []Stage        `json:"stages"`
 }
+
+// Runner is one in-cluster load runner as a trial saw it: a pod that sends
+// load to the probe Service's ClusterIP, so its requests take the
+// kube-proxy path of the node it runs on.
+type Runner struct {
+	Pod  string `json:"pod"`
+	Node string `json:"node,omitempty"`
+	// IP is the runner pod's address: kube-proxy DNATs pod → ClusterIP →
+	// pod traffic without SNAT, so the probe records it as the peer of the
+	// runner's connections (last_accept keyed by IP).
+	IP string `json:"ip,omitempty"`
+	// SkewNS is the runner clock's offset from the tool's (runner − tool),
+	// subtracted from its instants, and SkewUncertaintyNS its bound; both
+	// zero when Note says the clock could not be read.
+	SkewNS            int64 `json:"skew_ns"`
+	SkewUncertaintyNS int64 `json:"skew_uncertainty_ns"`
+	// Failures are this runner's failures during the trial, by kind.
+	Failures map[string]int `json:"failures,omitempty"`
+	// Note says why the runner's cluster_last_routed is missing, when it
+	// is (stats unreadable, no skew estimate, skew bound exceeded, no
+	// response from the deleted pod).
+	Note string `json:"note,omitempty"`
+}
+
+// Key is the runner's key of keyed stages: "pod/node".
+func (r Runner) Key() string { return r.Pod + "/" + r.Node }

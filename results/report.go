@@ -227,6 +227,33 @@ func NewTextReporter(s *Summary) Reporter {
 			}
 		}
 		e.printf("client failures: valid trials %s; all trials %s\n", failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
+		if len(d.Paths) > 0 {
+			header, rows := pathRows(d)
+			widths := make([]int, len(header))
+			for _, r := range append([][]string{header}, rows...) {
+				for i, c := range r {
+					widths[i] = max(widths[i], utf8.RuneCountInString(c))
+				}
+			}
+			e.printf("\npaths side by side (offsets from T0 unless noted)\n")
+			for _, r := range append([][]string{header}, rows...) {
+				var line strings.Builder
+				for i, c := range r {
+					pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+					if i < 2 {
+						line.WriteString(c + pad + "  ")
+					} else {
+						line.WriteString(pad + c + "  ")
+					}
+				}
+				e.printf("%s\n", strings.TrimRight(line.String(), " "))
+			}
+			_, sentence := d.SetsWindow()
+			for _, l := range wrap(strings.Fields(sentence), " ", 100) {
+				e.printf("%s\n", l)
+			}
+			e.printf("cluster (runner) failures: all trials %s\n", failuresLine(d.ClusterFailures))
+		}
 		if len(d.StartupStages) > 0 {
 			e.printf("\nstartup of the replacement pods\n")
 			table("startup, offsets from T0", d.StartupStages, true)
@@ -336,6 +363,16 @@ func NewMarkdownReporter(s *Summary) Reporter {
 		}
 		e.printf("`window` is the last new traffic the pod received (max of `last_accept`, `last_request`) after T0; ≥ marks a floor from trials cut at the hold. %s Client failures: valid trials %s; all trials %s.\n\n",
 			boundLegend(d), failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
+		if len(d.Paths) > 0 {
+			header, rows := pathRows(d)
+			e.printf("### Paths side by side\n\n| %s |\n|---|---|%s\n", strings.Join(header, " | "), strings.Repeat("--:|", len(header)-2))
+			for _, r := range rows {
+				r[0], r[1] = "`"+r[0]+"`", "`"+r[1]+"`"
+				e.printf("| %s |\n", strings.Join(r, " | "))
+			}
+			_, sentence := d.SetsWindow()
+			e.printf("\n%s Offsets from T0 unless noted; cluster (runner) failures in all trials: %s.\n\n", sentence, failuresLine(d.ClusterFailures))
+		}
 		if len(d.StartupStages) > 0 {
 			e.printf("### Startup of the replacement pods\n\n")
 			mdTable("offset from deletion (T0)", d.StartupStages)

@@ -22,6 +22,7 @@ var Points = []string{
 	StageLastAccept,
 	StageLastRequest,
 	StageClientLastRouted,
+	StageClusterLastRouted,
 	PointWindow,
 	StageSliceRemoved,
 	StageContainerExit,
@@ -42,6 +43,10 @@ var Deltas = []Delta{
 	{StageSliceNotReady, StageUpstreamRemoved},
 	{StageUpstreamRemoved, PointWindow},
 	{StageSliceNotReady, PointWindow},
+	// kube-proxy drops an endpoint that turned ready=false from its rules
+	// on its next sync (when the Service has other ready endpoints): this is
+	// the ClusterIP path's reaction to the slice.
+	{StageSliceNotReady, StageClusterLastRouted},
 	{StagePodTerminatingSeen, StagePrestopCalled},
 	{StagePrestopCalled, StageSigterm},
 	{StagePrestopCalled, PointWindow},
@@ -137,6 +142,7 @@ func (s *Summary) Close() {
 	for _, r := range s.records {
 		d.countReasons(r)
 		d.ClientFailuresAll = addCounts(d.ClientFailuresAll, r.ClientFailures)
+		d.ClusterFailures = addCounts(d.ClusterFailures, r.ClusterFailures)
 		if r.Valid {
 			d.Valid++
 			d.ClientFailures = addCounts(d.ClientFailures, r.ClientFailures)
@@ -184,6 +190,7 @@ func (s *Summary) Close() {
 	}
 	d.Recommendation = s.recommend()
 	s.closeStartup(o)
+	s.closePaths(o)
 }
 
 // countReasons counts a trial's reasons by code, each code once per trial,
@@ -353,6 +360,11 @@ type SummaryDoc struct {
 	StartupDeltas         []Dist                 `json:"startup_deltas,omitempty"`
 	StartupFailures       map[string]int         `json:"startup_failures,omitempty"`
 	StartupRecommendation *StartupRecommendation `json:"startup_recommendation,omitempty"`
+	// Paths compare the ingress path and the ClusterIP path side by side;
+	// set only when some trial had in-cluster runners. ClusterFailures are
+	// the runners' failures in every trial, by kind.
+	Paths           []PathSummary  `json:"paths,omitempty"`
+	ClusterFailures map[string]int `json:"cluster_failures,omitempty"`
 }
 
 // InvalidSorted lists the reason codes, most frequent first.

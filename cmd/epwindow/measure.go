@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/measure/load"
 	"github.com/epwindow/epwindow/measure/upstream"
 	"github.com/epwindow/epwindow/results"
 )
@@ -44,12 +45,22 @@ func measureCommand() *cli.Command {
 
    # the local cluster of "make demo":
    epwindow measure --kubeconfig /tmp/epw/kubeconfig --url http://127.0.0.1:9090 \
-       --observer skipper --observer-url http://127.0.0.1:9911/routes --trials 10`,
+       --observer skipper --observer-url http://127.0.0.1:9911/routes --trials 10
+
+   # and the ClusterIP path, from one runner pod on each of 2 nodes:
+   epwindow measure --url http://127.0.0.1:9090 --in-cluster-load 2 --in-cluster-rate 100`,
 		Description: `Creates a namespace epwindow-<id> with a probe Deployment, Service and Ingress (see
 "epwindow manifests"), drives load through --url, deletes one probe pod at a time and records when
 the API server, the EndpointSlice, the ingress controller and the pod itself saw each stage. Writes
 one JSON line per trial to --out as it goes, prints percentiles and the recommended preStop and
 terminationGracePeriodSeconds, and deletes the namespace on exit (also on Ctrl-C) unless --keep.
+
+With --in-cluster-load N it also runs N load runners (epwindow load, the probe's image) as a
+Deployment in the same namespace, one per node, each sending --in-cluster-rate requests per second
+to the probe Service's ClusterIP: the path kube-proxy routes. Each trial then records, per runner,
+cluster_last_routed (its last response from the deleted pod, on its clock corrected for skew), and
+the report shows the ingress path and the ClusterIP path side by side. The runners stop by
+themselves at a deadline past the longest the run can take, should epwindow die.
 
 With --namespace NS it creates no namespace: the Deployment, Service and Ingress go into the existing
 NS, named epwindow-<id>, and exactly those are deleted on exit. This is what the Role in
@@ -89,6 +100,8 @@ func measureFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagUpstreamsCmd, Usage: "command printing the upstream addresses (ip:port), one per line, for --observer cmd", Category: "Observer"},
 		&cli.Float64Flag{Name: measure.FlagRate, Value: 50, Usage: "load in requests per second through --url", Category: "Load"},
 		&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, as most 502 reports involve)", Category: "Load"},
+		&cli.IntFlag{Name: measure.FlagInClusterLoad, Usage: "also run this many load runners in the run's namespace, one per node, sending to the probe Service's ClusterIP (the kube-proxy path), timed as cluster_last_routed beside the ingress path; 0 = none", Category: "Load"},
+		&cli.Float64Flag{Name: measure.FlagInClusterRate, Value: 50, Usage: fmt.Sprintf("requests per second of each in-cluster runner (at most %d)", load.MaxRate), Category: "Load"},
 		&cli.StringFlag{Name: flagLoadMethod, Value: "GET", Usage: "GET, or POST: ingress controllers retry a refused GET on another pod but never a request with a body, so POST shows the 502s of non-idempotent APIs", Category: "Load"},
 		&cli.DurationFlag{Name: flagLoadTimeout, Value: 5 * time.Second, Usage: "timeout of one load request", Category: "Load"},
 		&cli.IntFlag{Name: flagLoadMaxConns, Usage: "most load requests in flight; more are counted as dropped (default: rate × timeout)", Category: "Load"},
@@ -144,6 +157,8 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		Overlay:             wp.Overlay,
 		Labels:              wp.Labels,
 		StopOnBlindObserver: c.Bool(measure.FlagStopOnBlind),
+		InClusterLoad:       c.Int(measure.FlagInClusterLoad),
+		InClusterRate:       c.Float64(measure.FlagInClusterRate),
 		ObserverOptions: upstream.Options{
 			Interval:            c.Duration(flagObserverInterval),
 			URLs:                c.StringSlice(flagObserverURL),
@@ -273,9 +288,14 @@ func runMeasure(c *cli.Context) error {
 			}
 		}
 	}
+	var flagErr *measure.FlagError
 	switch {
 	case runErr == nil:
 		return nil
+	case errors.As(runErr, &flagErr):
+		// Found only in the cluster (a runner the scheduler cannot place):
+		// bad input all the same, and everything was cleaned up.
+		return cli.Exit("epwindow measure: "+runErr.Error(), exitUsage)
 	case c.Context.Err() != nil:
 		// SIGINT/SIGTERM (signal.NotifyContext in main) cancelled the run.
 		return cli.Exit("epwindow measure: interrupted; cleaned up; "+saved, exitInterrupted)

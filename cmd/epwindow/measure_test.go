@@ -43,7 +43,7 @@ func TestMeasureConfigFromFlags(t *testing.T) {
 		"--observer-interval", "250ms", "--rate", "80", "--keepalive", "--load-method", "POST", "--load-timeout", "2s",
 		"--load-max-conns", "64", "--image", "registry.example.com/epwindow:v1", "--prestop-sleep", "5s",
 		"--exit-on-sigterm", "--keep", "--stop-on-blind-observer", "-n", "team-a", "--readiness=false", "--listen-delay", "3s",
-		"--deregistration-delay", "15s")
+		"--deregistration-delay", "15s", "--in-cluster-load", "2", "--in-cluster-rate", "120")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +65,7 @@ func TestMeasureConfigFromFlags(t *testing.T) {
 		{"URL", cfg.URL.String(), "http://127.0.0.1:9090"},
 		{"NoReadiness", cfg.NoReadiness, true}, {"ProbeListenDelay", cfg.ProbeListenDelay, 3 * time.Second},
 		{"DeregistrationDelay", cfg.DeregistrationDelay, 15 * time.Second},
+		{"InClusterLoad", cfg.InClusterLoad, 2}, {"InClusterRate", cfg.InClusterRate, 120.0},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -83,9 +84,22 @@ func TestMeasureConfigRejects(t *testing.T) {
 		{[]string{"--url", "http://x", "--trials", "0"}, "--trials (0)"},
 		{[]string{"--url", "http://x", "--grace-margin", "0s"}, "--grace-margin"},
 		{[]string{"--url", "http://x", "--deregistration-delay", "-1s"}, "--deregistration-delay"},
+		{[]string{"--url", "http://x", "--in-cluster-load", "2", "--in-cluster-rate", "0"}, "--in-cluster-rate (0)"},
+		{[]string{"--url", "http://x", "--in-cluster-load", "2", "--in-cluster-rate", "-1"}, "--in-cluster-rate (-1)"},
+		{[]string{"--url", "http://x", "--in-cluster-load", "2", "--in-cluster-rate", "9000"}, "--in-cluster-rate (9000)"},
+		{[]string{"--url", "http://x", "--in-cluster-load", "-1"}, "--in-cluster-load (-1)"},
 	} {
 		if _, err := parseMeasure(t, tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: error %v, want one naming %s", tt.args, err, tt.want)
 		}
+	}
+}
+
+// Without --in-cluster-load nothing about runners is configured, whatever
+// the rate says.
+func TestMeasureNoRunnersByDefault(t *testing.T) {
+	cfg, err := parseMeasure(t, "--url", "http://127.0.0.1:9090")
+	if err != nil || cfg.InClusterLoad != 0 {
+		t.Errorf("default InClusterLoad %d (%v), want 0", cfg.InClusterLoad, err)
 	}
 }

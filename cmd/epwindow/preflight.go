@@ -18,7 +18,8 @@ import (
 
 // preflight checks, before anything is created, everything that would make
 // a run fail half-way: the API server answers, the caller holds every
-// permission measure needs, the IngressClass exists, and --url answers. It
+// permission measure needs, the IngressClass exists, --url answers, and
+// the in-cluster runners fit one per schedulable node. It
 // returns the exit code that fits the first failure.
 func preflight(ctx context.Context, cfg measure.Config) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -48,6 +49,16 @@ func preflight(ctx context.Context, cfg measure.Config) (int, error) {
 	}
 	if err := urlAnswers(ctx, cfg); err != nil {
 		return exitUsage, err
+	}
+	// One runner per node: more runners than schedulable nodes is bad
+	// input. Without permission to list nodes (no variant grants it: it is
+	// cluster-wide) the run learns it from the scheduler instead.
+	if _, err := measure.CheckRunnerNodes(ctx, cfg.Client, cfg.InClusterLoad); err != nil {
+		var fe *measure.FlagError
+		if errors.As(err, &fe) {
+			return exitUsage, err
+		}
+		return exitCluster, err
 	}
 	return exitOK, nil
 }

@@ -33,37 +33,40 @@ type Options struct {
 	BatchPeriod time.Duration
 	// IngressPoll is Skipper's poll interval, --ingress-poll (0 = 3s).
 	IngressPoll time.Duration
+	// ProxyMode is kube-proxy's mode, --proxy-mode (nftables, iptables,
+	// none; "" = up's default, nftables).
+	ProxyMode string
+	// ProxyMinSyncPeriod is kube-proxy's --min-sync-period, passed as
+	// --proxy-min-sync-period (0 = up's default, kube-proxy's 1 s).
+	ProxyMinSyncPeriod time.Duration
 	// Dir is --dir: the cluster's kubeconfigs, state and logs; empty = a
 	// new temporary directory, removed by Stop unless the cluster failed.
 	Dir string
 	// Timeout bounds the wait for READY (0 = 2 minutes).
 	Timeout time.Duration
-	// ProxyMode is kube-proxy's mode, --proxy-mode: nftables (""), iptables
-	// or none.
-	ProxyMode string
-	// ProxyMinSyncPeriod is kube-proxy's minSyncPeriod,
-	// --proxy-min-sync-period (0 = kube-proxy's default, 1s).
-	ProxyMinSyncPeriod time.Duration
 }
 
 // args is up's command line for o (defaults applied).
 func (o Options) args(dir string) []string {
-	return []string{"up",
+	args := []string{"up",
 		"--dir", dir,
 		"--nodes", strconv.Itoa(o.Nodes),
 		"--batch-period", o.BatchPeriod.String(),
 		"--ingress-poll", o.IngressPoll.String(),
-		"--proxy-mode", o.ProxyMode,
-		"--proxy-min-sync-period", o.ProxyMinSyncPeriod.String(),
 	}
+	// Passed only when set: up's defaults apply otherwise.
+	if o.ProxyMode != "" {
+		args = append(args, "--proxy-mode", o.ProxyMode)
+	}
+	if o.ProxyMinSyncPeriod != 0 {
+		args = append(args, "--proxy-min-sync-period", o.ProxyMinSyncPeriod.String())
+	}
+	return args
 }
 
 func (o Options) withDefaults() Options {
 	if o.Nodes == 0 {
 		o.Nodes = 2
-	}
-	if o.ProxyMode == "" {
-		o.ProxyMode = "nftables"
 	}
 	if o.IngressPoll == 0 {
 		o.IngressPoll = 3 * time.Second

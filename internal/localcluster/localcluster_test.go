@@ -40,11 +40,11 @@ func TestArgs(t *testing.T) {
 		o    Options
 		want []string
 	}{
-		{"defaults", Options{}, []string{"up", "--dir", "/d", "--nodes", "2", "--batch-period", "0s", "--ingress-poll", "3s",
-			"--proxy-mode", "nftables", "--proxy-min-sync-period", "0s"}},
-		{"set", Options{Nodes: 1, BatchPeriod: 750 * time.Millisecond, IngressPoll: time.Second, ProxyMode: "iptables", ProxyMinSyncPeriod: 4 * time.Second},
-			[]string{"up", "--dir", "/d", "--nodes", "1", "--batch-period", "750ms", "--ingress-poll", "1s",
-				"--proxy-mode", "iptables", "--proxy-min-sync-period", "4s"}},
+		{"defaults", Options{}, []string{"up", "--dir", "/d", "--nodes", "2", "--batch-period", "0s", "--ingress-poll", "3s"}},
+		{"set", Options{Nodes: 1, BatchPeriod: 750 * time.Millisecond, IngressPoll: time.Second},
+			[]string{"up", "--dir", "/d", "--nodes", "1", "--batch-period", "750ms", "--ingress-poll", "1s"}},
+		{"kube-proxy", Options{ProxyMode: "nftables", ProxyMinSyncPeriod: 4 * time.Second},
+			[]string{"up", "--dir", "/d", "--nodes", "2", "--batch-period", "0s", "--ingress-poll", "3s", "--proxy-mode", "nftables", "--proxy-min-sync-period", "4s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

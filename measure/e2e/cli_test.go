@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -128,49 +126,13 @@ func TestCLIInterruptMidTrial(t *testing.T) {
 	bin := e2etest.Bin(t)
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 	cmd := exec.Command(bin, measureArgs(cluster.Kubeconfig, "--trials", "5", "--out", out)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	// Progress lines (not a terminal) look like "[####....] 1/5 trial: slice_not_ready".
-	// The reader owns log until readDone closes: it has read stderr to EOF,
-	// which exec.Cmd requires before Wait (Wait closes the pipe).
-	interrupted := make(chan struct{})
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(stderr)
-		sent := false
-		for sc.Scan() {
-			line := sc.Text()
-			log.WriteString(line + "\n")
-			if !sent && strings.Contains(line, "1/5 trial: ") {
-				_ = cmd.Process.Signal(syscall.SIGINT)
-				sent = true
-				close(interrupted)
-			}
-		}
-	}()
-	select {
-	case <-interrupted:
-	case <-readDone:
-		// stderr closed without trial 2: the process ended on its own.
-	case <-time.After(5 * time.Minute):
-		_ = cmd.Process.Kill()
+	sent, code, log := e2etest.InterruptAt(t, cmd, "1/5 trial: ", 5*time.Minute)
+	if !sent {
+		t.Fatalf("no SIGINT sent: trial 2 never started (exit %d); log:\n%s", code, log)
 	}
-	<-readDone
-	err = cmd.Wait()
-	select {
-	case <-interrupted:
-	default:
-		t.Fatalf("no SIGINT sent: trial 2 never started (wait: %v); log:\n%s", err, log.String())
-	}
-	if got := exitCode(err); got != 130 {
-		t.Errorf("exit code %d after SIGINT, want 130; log:\n%s", got, log.String())
+	if code != 130 {
+		t.Errorf("exit code %d after SIGINT, want 130; log:\n%s", code, log)
 	}
 	if ns := epwindowNamespaces(t); len(ns) != 0 {
 		t.Errorf("namespaces left after Ctrl-C: %v", ns)

@@ -17,4 +17,10 @@
 // request per connection at a time, so a new connection per request means a
 // new accept by whoever is routed to), does not retry and does not follow
 // redirects; every response is reported as it arrived.
+//
+// RunRunner is the same generator as an unattended runner in a pod (epwindow
+// load, measure --in-cluster-load): it sends to one URL only, at a rate capped
+// by MaxRate, stops by itself at its deadline, and serves its statistics and
+// its clock as JSON (StatsHandler) for the tool to read through the API
+// server's pod proxy.
 package load

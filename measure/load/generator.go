@@ -384,6 +384,15 @@ func (g *Generator) Failures(from, to time.Time) map[string]int {
 	return g.failures.count(from, to)
 }
 
+// FailureTotals counts every failed request so far by kind, the ones the
+// failure history has forgotten included: a reader that keeps two snapshots
+// knows what failed in between without reading the generator's clock.
+func (g *Generator) FailureTotals() map[string]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failures.total()
+}
+
 // FailureEvents lists the kept failed requests whose scheduled instant lies
 // in [from, to) on the tool's clock, in order of that instant; a zero from or
 // to leaves that side open. Completeness is as for Failures.

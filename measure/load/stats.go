@@ -170,6 +170,9 @@ type failureRing struct {
 	lost    int64
 	kinds   []string
 	kindIdx map[string]uint32
+	// totals counts every failure ever added, by kind index: the ring
+	// forgets, the totals do not.
+	totals []int64
 }
 
 type failureEvent struct {
@@ -188,7 +191,9 @@ func (f *failureRing) add(at time.Time, kind string) {
 		k = uint32(len(f.kinds))
 		f.kinds = append(f.kinds, kind)
 		f.kindIdx[kind] = k
+		f.totals = append(f.totals, 0)
 	}
+	f.totals[k]++
 	if f.wrapped {
 		f.lost = max(f.lost, f.events[f.next].at)
 	}
@@ -258,6 +263,15 @@ func (f *failureRing) count(from, to time.Time) map[string]int {
 		if e.at >= lo && e.at < hi {
 			out[f.kinds[e.kind]]++
 		}
+	}
+	return out
+}
+
+// total is every failure added so far, by kind.
+func (f *failureRing) total() map[string]int {
+	out := make(map[string]int, len(f.kinds))
+	for i, k := range f.kinds {
+		out[k] = int(f.totals[i])
 	}
 	return out
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/measure/load"
+)
+
+// Flags of epwindow load (--rate, --keepalive and the --load-* flags are
+// measure's names).
+const (
+	flagLoadURL     = "url"
+	flagLoadHost    = "host"
+	flagStatsListen = "stats-listen"
+	flagDeadline    = "deadline"
+	flagNodeName    = "node-name"
+)
+
+func loadCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "load",
+		Usage: "send load to one URL at a bounded rate until a deadline, serving per-pod statistics as JSON",
+		UsageText: `epwindow load --url URL --rate R --deadline TIME|DURATION [options]
+
+   # What an in-cluster runner of measure --in-cluster-load runs (POD_NAME, NODE_NAME from the downward API):
+   epwindow load --url http://10.96.14.2:8080/ --rate 100 --deadline 2026-11-29T14:00:00Z --stats-listen :9090
+
+   # Try it locally against a probe:
+   epwindow probe --listen 127.0.0.1:8080 --pod-name demo &
+   epwindow load --url http://127.0.0.1:8080/ --rate 50 --deadline 1m --stats-listen 127.0.0.1:9090 &
+   curl -s 127.0.0.1:9090/stats             # last response per probe pod, failures by kind, skew, its clock`,
+		Description: fmt.Sprintf(`Sends GET requests to --url, and only there, at --rate per second (at most %d),
+on a fixed schedule, a new connection per request unless --keepalive; stops by itself when
+--deadline passes (an RFC 3339 time, or a duration from now, at most %s ahead) and exits 0.
+
+Serves on --stats-listen:
+   GET /stats    JSON: per probe pod (X-Epwindow-Pod) the first and last response on this
+                 process's clock and the probe clock's offset against it; failures by kind
+                 since the start; totals; and this process's clock as it answered
+   GET /clock    {"time": ..., "unix_ns": ...}, like the probe's
+   GET /healthz  200 while running
+
+measure --in-cluster-load runs it in pods and reads these through the API server's pod proxy.`, load.MaxRate, load.MaxLifetime),
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagLoadURL, Usage: "the one URL to send to (required)"},
+			&cli.StringFlag{Name: flagLoadHost, Usage: "Host header to send"},
+			&cli.Float64Flag{Name: measure.FlagRate, Usage: fmt.Sprintf("requests per second, above 0 and at most %d (required)", load.MaxRate)},
+			&cli.StringFlag{Name: flagDeadline, Usage: "stop at this RFC 3339 time, or after this duration (required)"},
+			&cli.StringFlag{Name: flagStatsListen, Value: ":9090", Usage: "TCP address of the statistics endpoint"},
+			&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, so every request is routed anew)"},
+			&cli.DurationFlag{Name: flagLoadTimeout, Value: 5 * time.Second, Usage: "timeout of one request"},
+			&cli.IntFlag{Name: flagLoadMaxConns, Usage: "most requests in flight; more are counted as dropped (default: rate × timeout)"},
+			&cli.StringFlag{Name: flagPodName, EnvVars: []string{"POD_NAME"}, Usage: "name reported in /stats"},
+			&cli.StringFlag{Name: flagNodeName, EnvVars: []string{"NODE_NAME"}, Usage: "node reported in /stats"},
+		},
+		Action: runLoad,
+	}
+}
+
+// loadConfig turns epwindow load's flags into a load.RunnerConfig, checked
+// at now.
+func loadConfig(c *cli.Context, now time.Time) (load.RunnerConfig, error) {
+	cfg := load.RunnerConfig{
+		Load: load.Config{URL: c.String(flagLoadURL), Host: c.String(flagLoadHost), Rate: c.Float64(measure.FlagRate),
+			KeepAlive: c.Bool(measure.FlagKeepAlive), Timeout: c.Duration(flagLoadTimeout), MaxConns: c.Int(flagLoadMaxConns)},
+		StatsListen: c.String(flagStatsListen),
+		Pod:         c.String(flagPodName),
+		Node:        c.String(flagNodeName),
+	}
+	if s := c.String(flagDeadline); s != "" {
+		d, err := load.ParseDeadline(s, now)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Deadline = d
+	}
+	return cfg, cfg.Validate(now)
+}
+
+func runLoad(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("epwindow load: takes no arguments, got %q", c.Args().Slice()), exitUsage)
+	}
+	clk := clock.RealClock{}
+	cfg, err := loadConfig(c, clk.Now())
+	if err != nil {
+		return cli.Exit("epwindow load: "+err.Error(), exitUsage)
+	}
+	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, nil))
+	err = load.RunRunner(c.Context, cfg, clk, func(a net.Addr) {
+		log.Info("started", "url", cfg.Load.URL, "rate", cfg.Load.Rate, "deadline", cfg.Deadline, "stats", a.String())
+	})
+	if err != nil {
+		return cli.Exit("epwindow load: "+err.Error(), exitFailure)
+	}
+	log.Info("stopped", "deadline_passed", !clk.Now().Before(cfg.Deadline))
+	return nil
+}

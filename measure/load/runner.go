@@ -1,0 +1,243 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Limits of a load runner (epwindow load): it runs unattended in a pod, so
+// its rate and its life are bounded whatever it is told.
+const (
+	// MaxRate is the most requests per second a runner sends.
+	MaxRate = 5000
+	// MaxLifetime is the furthest a runner's deadline may lie ahead.
+	MaxLifetime = 24 * time.Hour
+)
+
+// The runner's HTTP endpoints, served on RunnerConfig.StatsListen.
+const (
+	// PathStats serves Stats as JSON.
+	PathStats = "/stats"
+	// PathClock serves the runner's clock like the probe's GET /clock, so
+	// the tool reads both with one decoder.
+	PathClock = "/clock"
+	// PathHealthz answers 200 while the runner sends load.
+	PathHealthz = "/healthz"
+)
+
+// StatsVersion is the version of the Stats document; readers refuse newer.
+const StatsVersion = 1
+
+// RunnerConfig is one load runner: the load, where its statistics are
+// served, and when it stops.
+type RunnerConfig struct {
+	Load Config
+	// StatsListen is the TCP address of the statistics endpoint.
+	StatsListen string
+	// Deadline is when the runner stops by itself, whether or not anyone
+	// still reads it (the tool may have died).
+	Deadline time.Time
+	// Pod and Node name the runner in its Stats.
+	Pod, Node string
+}
+
+// Validate checks c at now; messages name the flag of epwindow load.
+func (c RunnerConfig) Validate(now time.Time) error {
+	if err := c.Load.Validate(); err != nil {
+		return err
+	}
+	if math.IsNaN(c.Load.Rate) || c.Load.Rate > MaxRate {
+		return fmt.Errorf("--rate (%v) must be at most %d requests per second", c.Load.Rate, MaxRate)
+	}
+	if c.StatsListen == "" {
+		return errors.New("--stats-listen is required, e.g. :9090")
+	}
+	if _, _, err := net.SplitHostPort(c.StatsListen); err != nil {
+		return fmt.Errorf("--stats-listen %q: %w", c.StatsListen, err)
+	}
+	if c.Deadline.IsZero() {
+		return errors.New("--deadline is required: an RFC 3339 time or a duration from now")
+	}
+	if !c.Deadline.After(now) {
+		return fmt.Errorf("--deadline %s has passed", c.Deadline.Format(time.RFC3339))
+	}
+	if c.Deadline.Sub(now) > MaxLifetime {
+		return fmt.Errorf("--deadline %s is more than %s ahead", c.Deadline.Format(time.RFC3339), MaxLifetime)
+	}
+	return nil
+}
+
+// ParseDeadline reads --deadline: an RFC 3339 instant, or a Go duration
+// counted from now.
+func ParseDeadline(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--deadline %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (30m)", s)
+	}
+	if d <= 0 {
+		return time.Time{}, fmt.Errorf("--deadline %s: a duration must be positive", s)
+	}
+	return now.Add(d), nil
+}
+
+// Stats is what a runner serves at GET /stats: per probe pod what it saw,
+// on its own clock, and its failures since it started.
+type Stats struct {
+	Version int    `json:"version"`
+	Pod     string `json:"pod,omitempty"`
+	Node    string `json:"node,omitempty"`
+	// Target is the one URL the runner sends to.
+	Target string `json:"target"`
+	// Now is the runner's clock as it answered; Started and Deadline are
+	// on the same clock.
+	Now      time.Time `json:"now"`
+	Started  time.Time `json:"started"`
+	Deadline time.Time `json:"deadline"`
+	// Sent, OK, Failed and Dropped count requests so far (Totals).
+	Sent    int64   `json:"sent"`
+	OK      int64   `json:"ok"`
+	Failed  int64   `json:"failed"`
+	Dropped int64   `json:"dropped"`
+	Rate    float64 `json:"rate"`
+	// Failures counts every failure so far by kind (FailureTotals).
+	Failures map[string]int `json:"failures,omitempty"`
+	// Pods is what the runner saw of each probe pod (by X-Epwindow-Pod).
+	Pods []PodReport `json:"pods"`
+}
+
+// PodReport is PodStats as JSON: instants on the runner's clock, the skew
+// estimate of the probe's clock against the runner's.
+type PodReport struct {
+	Pod       string    `json:"pod"`
+	Responses int64     `json:"responses"`
+	FirstSent time.Time `json:"first_sent"`
+	First     time.Time `json:"first"`
+	LastSent  time.Time `json:"last_sent"`
+	Last      time.Time `json:"last"`
+	// SkewOffsetNS is probe − runner, SkewUncertaintyNS its bound, from
+	// SkewSamples responses (0: none carried the probe's time).
+	SkewOffsetNS      int64     `json:"skew_offset_ns"`
+	SkewUncertaintyNS int64     `json:"skew_uncertainty_ns"`
+	SkewAt            time.Time `json:"skew_at"`
+	SkewSamples       int       `json:"skew_samples"`
+}
+
+// PodStats turns the report back into the generator's type.
+func (p PodReport) PodStats() PodStats {
+	return PodStats{Pod: p.Pod, Responses: p.Responses, FirstSent: p.FirstSent, First: p.First,
+		LastSent: p.LastSent, Last: p.Last,
+		Skew: Estimate{Offset: time.Duration(p.SkewOffsetNS), Uncertainty: time.Duration(p.SkewUncertaintyNS), At: p.SkewAt, Samples: p.SkewSamples}}
+}
+
+func podReport(ps PodStats) PodReport {
+	return PodReport{Pod: ps.Pod, Responses: ps.Responses, FirstSent: ps.FirstSent, First: ps.First,
+		LastSent: ps.LastSent, Last: ps.Last, SkewOffsetNS: int64(ps.Skew.Offset),
+		SkewUncertaintyNS: int64(ps.Skew.Uncertainty), SkewAt: ps.Skew.At, SkewSamples: ps.Skew.Samples}
+}
+
+// ParseStats decodes a Stats document, refusing a newer version.
+func ParseStats(b []byte) (Stats, error) {
+	var s Stats
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Stats{}, fmt.Errorf("decode runner stats: %w", err)
+	}
+	if s.Version > StatsVersion || s.Version < 1 {
+		return Stats{}, fmt.Errorf("runner stats version %d: this epwindow reads %d (use one epwindow version for tool and image)", s.Version, StatsVersion)
+	}
+	return s, nil
+}
+
+// StatsHandler serves the runner's endpoints for g: /stats, /clock and
+// /healthz; anything else is 404. Instants come from clk.
+func StatsHandler(g *Generator, cfg RunnerConfig, clk clock.PassiveClock) http.Handler {
+	reply := func(w http.ResponseWriter, v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			http.Error(w, "encode: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+		_, _ = w.Write(append(b, '\n'))
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+PathClock, func(w http.ResponseWriter, _ *http.Request) {
+		now := clk.Now()
+		reply(w, struct {
+			Time   time.Time `json:"time"`
+			UnixNS int64     `json:"unix_ns"`
+		}{now.Round(0), now.UnixNano()})
+	})
+	mux.HandleFunc("GET "+PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET "+PathStats, func(w http.ResponseWriter, _ *http.Request) {
+		t := g.Totals()
+		s := Stats{Version: StatsVersion, Pod: cfg.Pod, Node: cfg.Node, Target: cfg.Load.URL,
+			Started: t.Start, Deadline: cfg.Deadline, Sent: t.Sent, OK: t.OK, Failed: t.Failed,
+			Dropped: t.Dropped, Rate: t.Rate, Failures: g.FailureTotals(), Pods: []PodReport{}}
+		for _, ps := range g.Pods() {
+			s.Pods = append(s.Pods, podReport(ps))
+		}
+		s.Now = clk.Now() // last: every instant above is at or before it
+		reply(w, s)
+	})
+	return mux
+}
+
+// RunRunner sends cfg.Load until ctx ends or cfg.Deadline passes on clk,
+// serving StatsHandler on cfg.StatsListen meanwhile; ready, if set, gets the
+// bound address once the deadline is armed and the endpoint listens. Passing
+// the deadline is a normal end: it returns nil.
+func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready func(net.Addr)) error {
+	if err := cfg.Validate(clk.Now()); err != nil {
+		return err
+	}
+	g, err := New(cfg.Load, clk)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The deadline is armed before anything is sent.
+	expired := clk.After(cfg.Deadline.Sub(clk.Now()))
+	ln, err := net.Listen("tcp", cfg.StatsListen)
+	if err != nil {
+		return fmt.Errorf("--stats-listen %s: %w", cfg.StatsListen, err)
+	}
+	srv := &http.Server{Handler: StatsHandler(g, cfg, clk), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	generated := make(chan error, 1)
+	go func() { generated <- g.Run(ctx) }()
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	var runErr error
+	select {
+	case <-expired:
+	case <-ctx.Done():
+	case runErr = <-served:
+		runErr = fmt.Errorf("stats endpoint: %w", runErr)
+	}
+	cancel()
+	if err := <-generated; err != nil && runErr == nil {
+		runErr = err
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	_ = srv.Shutdown(sctx)
+	return runErr
+}

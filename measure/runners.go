@@ -1,0 +1,373 @@
+package measure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/measure/load"
+	"github.com/epwindow/epwindow/results"
+)
+
+// FlagError is bad input found only once the cluster was asked (too many
+// runners for its nodes): the CLI exits 2 for it, naming Flag.
+type FlagError struct {
+	Flag string
+	Err  error
+}
+
+func (e *FlagError) Error() string { return fmt.Sprintf("--%s: %v", e.Flag, e.Err) }
+func (e *FlagError) Unwrap() error { return e.Err }
+
+// schedulable reports whether a pod without tolerations can be scheduled on
+// node: not cordoned, Ready, and without a NoSchedule or NoExecute taint.
+func schedulable(n *corev1.Node) bool {
+	if n.Spec.Unschedulable {
+		return false
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return false
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// CheckRunnerNodes checks, before anything is created, that n runners fit
+// one per schedulable node. Listing nodes is cluster-wide and no RBAC
+// variant grants it, so a caller who may not list nodes is not refused:
+// checked is false, and the run finds out from the scheduler instead (see
+// runnersFailed).
+func CheckRunnerNodes(ctx context.Context, client kubernetes.Interface, n int) (checked bool, err error) {
+	if n <= 0 {
+		return true, nil
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("list nodes for --%s: %w", FlagInClusterLoad, err)
+	}
+	count := 0
+	for i := range nodes.Items {
+		if schedulable(&nodes.Items[i]) {
+			count++
+		}
+	}
+	if n > count {
+		return true, &FlagError{Flag: FlagInClusterLoad, Err: fmt.Errorf("%d runners, one per node, but the cluster has %d schedulable nodes", n, count)}
+	}
+	return true, nil
+}
+
+// runnersDeadline is when the runners stop by themselves, should the tool
+// die without cleaning up: the longest the run can take (a settle wait, then
+// per trial a pause, a settle wait, the hold and the removal wait), capped
+// at load.MaxLifetime.
+func runnersDeadline(cfg Config, grace time.Duration, now time.Time) time.Time {
+	perTrial := cfg.SettleTimeout + cfg.TrialJitter + cfg.PreStopSleep + cfg.Hold + grace + 30*time.Second + cfg.QuietPeriod
+	d := cfg.SettleTimeout + time.Duration(cfg.Trials)*perTrial + time.Minute
+	return now.Add(min(d, load.MaxLifetime))
+}
+
+// runnerTarget is the probe Service's ClusterIP URL, the runners' one target.
+func runnerTarget(svc *corev1.Service) (string, error) {
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil || len(svc.Spec.Ports) == 0 {
+		return "", fmt.Errorf("service %s/%s has no ClusterIP (%q) and port for --%s", svc.Namespace, svc.Name, svc.Spec.ClusterIP, FlagInClusterLoad)
+	}
+	return "http://" + netip.AddrPortFrom(ip, uint16(svc.Spec.Ports[0].Port)).String() + "/", nil
+}
+
+// renderRunners builds the runner Deployment for the created Service.
+func (r *runner) renderRunners(svc *corev1.Service) (*appsv1.Deployment, error) {
+	target, err := runnerTarget(svc)
+	if err != nil {
+		return nil, err
+	}
+	return deploy.RunnerDeployment(r.wl, r.params, deploy.RunnerParams{Count: r.cfg.InClusterLoad, Target: target,
+		Rate: r.cfg.InClusterRate, Deadline: runnersDeadline(r.cfg, r.grace(), r.cfg.Clock.Now())})
+}
+
+func (r *runner) runnerSelector() labels.Selector {
+	return labels.SelectorFromSet(r.params.RunnerSelector())
+}
+
+// runnerPods lists the run's runner pods.
+func (r *runner) runnerPods(ctx context.Context) ([]corev1.Pod, error) {
+	l, err := r.cfg.Client.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: r.runnerSelector().String()})
+	if err != nil {
+		return nil, fmt.Errorf("list runner pods in %s: %w", r.ns, err)
+	}
+	return l.Items, nil
+}
+
+// readyRunners are the runner pods that run, are Ready and have an address,
+// by name; failed is set when one cannot be scheduled (more runners than
+// nodes that take them) or has stopped.
+func readyRunners(pods []corev1.Pod) (ready []corev1.Pod, failed error) {
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return nil, &FlagError{Flag: FlagInClusterLoad, Err: fmt.Errorf("runner pod %s cannot be scheduled (one runner per node): %s", p.Name, c.Message)}
+			}
+		}
+		if p.Status.Phase == corev1.PodRunning && podReady(&p) && p.Status.PodIP != "" {
+			ready = append(ready, p)
+		}
+	}
+	slices.SortFunc(ready, func(a, b corev1.Pod) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return ready, nil
+}
+
+// runnerState is what a trial knows of one runner: who it is, its
+// statistics (runner clock) and its clock's offset from the tool's.
+type runnerState struct {
+	pod, node, ip string
+	stats         load.Stats
+	statsOK       bool
+	statsErr      error
+	skew          load.Estimate
+	skewOK        bool
+	skewErr       error
+	// before are its failure totals when the trial began.
+	before map[string]int
+}
+
+// readRunner reads a runner's statistics and samples its clock through the
+// pod proxy (the probe's /clock estimate: send and receive bracket the
+// reading, smallest round trip wins), merging with what st already had.
+func (r *runner) readRunner(ctx context.Context, st *runnerState, clockSamples int) {
+	if s, err := r.runners.runnerStats(ctx, st.pod); err == nil {
+		st.stats, st.statsOK, st.statsErr = s, true, nil
+	} else {
+		st.statsErr = err
+	}
+	if clockSamples == 0 {
+		return
+	}
+	est, err := load.ClockSample(ctx, r.cfg.Clock, func(ctx context.Context) (time.Time, error) {
+		return r.runners.probeClock(ctx, st.pod)
+	}, clockSamples)
+	if err != nil {
+		st.skewErr = err
+		return
+	}
+	if st.skewOK {
+		est, _ = load.Best(st.skew, est)
+	}
+	st.skew, st.skewOK = est, true
+}
+
+// runnerClockSamples is how many /clock reads estimate a runner's clock at
+// each end of a trial.
+const runnerClockSamples = 5
+
+// startRunners snapshots the ready runners as a trial begins.
+func (r *runner) startRunners(ctx context.Context) []*runnerState {
+	if r.cfg.InClusterLoad == 0 {
+		return nil
+	}
+	pods, err := r.runnerPods(ctx)
+	if err != nil {
+		return nil
+	}
+	ready, _ := readyRunners(pods)
+	var out []*runnerState
+	for _, p := range ready {
+		st := &runnerState{pod: p.Name, node: p.Spec.NodeName, ip: p.Status.PodIP}
+		r.readRunner(ctx, st, runnerClockSamples)
+		st.before = st.stats.Failures
+		out = append(out, st)
+	}
+	return out
+}
+
+// runnersLast is the latest response any runner had from pod, on the tool's
+// clock (zero when none, or no runner clock is known).
+func runnersLast(states []*runnerState, pod string) time.Time {
+	var last time.Time
+	for _, st := range states {
+		if !st.statsOK || !st.skewOK {
+			continue
+		}
+		for _, p := range st.stats.Pods {
+			if p.Pod == pod {
+				last = maxTime(last, st.skew.ToTool(p.Last))
+			}
+		}
+	}
+	return last
+}
+
+// clusterStages adds the runners of a trial to its record: one Runner
+// entry each, and for each runner that got a response from the deleted
+// pod, cluster_last_routed keyed by "pod/node": its last response from it,
+// on the runner's clock, put on the tool's with the runner's skew
+// estimate. The uncertainty is the skew bound plus the exchange's own span
+// (the request was routed between its send and its response, like
+// client_last_routed). A runner whose clock or statistics could not be
+// read, or whose skew bound exceeds maxSkew, gets a note instead of the
+// stage: the probe's own record (last_accept from the runner's address)
+// still covers its path.
+func clusterStages(rec *results.Record, states []*runnerState, pod string, maxSkew time.Duration) {
+	for _, st := range states {
+		rn := results.Runner{Pod: st.pod, Node: st.node, IP: st.ip}
+		if st.statsOK {
+			rn.Failures = subCounts(st.stats.Failures, st.before)
+			rec.ClusterFailures = addTo(rec.ClusterFailures, rn.Failures)
+		}
+		if st.skewOK {
+			rn.SkewNS, rn.SkewUncertaintyNS = int64(st.skew.Offset), int64(st.skew.Uncertainty)
+		}
+		var ps *load.PodReport
+		for i := range st.stats.Pods {
+			if st.stats.Pods[i].Pod == pod {
+				ps = &st.stats.Pods[i]
+			}
+		}
+		switch {
+		case !st.statsOK:
+			rn.Note = fmt.Sprintf("its statistics could not be read: %v", st.statsErr)
+		case !st.skewOK:
+			rn.Note = fmt.Sprintf("its clock could not be read: %v", st.skewErr)
+		case maxSkew > 0 && st.skew.Uncertainty > maxSkew:
+			rn.Note = fmt.Sprintf("its clock-skew bound ±%s exceeds the %s allowed", st.skew.Uncertainty, maxSkew)
+		case ps == nil || ps.Responses == 0:
+			rn.Note = "no response from the deleted pod"
+		default:
+			// ClusterLastRouted: runner's last response from the pod, runner
+			// clock corrected by its skew, ms + skew bound.
+			at := st.skew.ToTool(ps.Last)
+			unc := st.skew.Uncertainty + ps.Last.Sub(ps.LastSent)
+			rec.Stages = append(rec.Stages, results.Stage{Name: results.StageClusterLastRouted, Key: rn.Key(), At: at,
+				OffsetNS: int64(at.Sub(rec.T0)), UncertaintyNS: int64(unc), Clock: results.ClockRunner})
+		}
+		rec.Runners = append(rec.Runners, rn)
+	}
+	slices.SortStableFunc(rec.Stages, func(a, b results.Stage) int { return a.At.Compare(b.At) })
+}
+
+// subCounts is a − b by key, keeping the positive differences.
+func subCounts(a, b map[string]int) map[string]int {
+	var out map[string]int
+	for k, n := range a {
+		if d := n - b[k]; d > 0 {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func addTo(into, m map[string]int) map[string]int {
+	for k, n := range m {
+		if into == nil {
+			into = map[string]int{}
+		}
+		into[k] += n
+	}
+	return into
+}
+
+// runnersSteady says what the runners still lack for steady state, "" when
+// every probe pod in pods has answered a runner since the wait began (base
+// holds each runner's per-pod response counts at its first look), or fails
+// when a runner cannot run.
+func (r *runner) runnersSteady(ctx context.Context, pods []*corev1.Pod, base map[string]int64) (string, error) {
+	if r.cfg.InClusterLoad == 0 {
+		return "", nil
+	}
+	all, err := r.runnerPods(ctx)
+	if err != nil {
+		return err.Error(), nil
+	}
+	ready, failed := readyRunners(all)
+	if failed != nil {
+		return "", failed
+	}
+	if len(ready) < r.cfg.InClusterLoad {
+		return fmt.Sprintf("%d of %d in-cluster runners ready", len(ready), r.cfg.InClusterLoad), nil
+	}
+	grew := map[string]bool{}
+	for _, p := range ready {
+		s, err := r.runners.runnerStats(ctx, p.Name)
+		if err != nil {
+			return fmt.Sprintf("runner %s: %v", p.Name, err), nil
+		}
+		for _, ps := range s.Pods {
+			k := p.Name + "\x00" + ps.Pod
+			if n, seen := base[k]; !seen {
+				base[k] = ps.Responses
+			} else if ps.Responses > n {
+				grew[ps.Pod] = true
+			}
+		}
+	}
+	for _, p := range pods {
+		if !grew[p.Name] {
+			return fmt.Sprintf("pod %s not yet receiving load through the ClusterIP", p.Name), nil
+		}
+	}
+	return "", nil
+}
+
+// deleteRunners deletes the runner Deployment (by name and, when known,
+// UID) and its pods with a 1 s grace; it returns how many runner pods
+// still exist (-1 when they cannot be listed).
+func (r *runner) deleteRunners(ctx context.Context) (int, error) {
+	if r.runnerDep == nil {
+		return 0, nil
+	}
+	c := r.cfg.Client
+	var errs []error
+	bg := metav1.DeletePropagationBackground
+	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
+	if uid := r.made.runners; uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	name := r.runnerDep.Name
+	if err := c.AppsV1().Deployments(r.ns).Delete(ctx, name, opts); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("clean up: delete deployment %s/%s (delete it by hand: kubectl -n %s delete deployment %s): %w", r.ns, name, r.ns, name, err))
+	}
+	pods, err := r.runnerPods(ctx)
+	if err != nil {
+		return -1, errors.Join(append(errs, err)...)
+	}
+	for _, p := range pods {
+		uid := p.UID
+		_ = c.CoreV1().Pods(r.ns).Delete(ctx, p.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptrTo(int64(1)), Preconditions: &metav1.Preconditions{UID: &uid}})
+	}
+	return len(pods), errors.Join(errs...)
+}

@@ -1,0 +1,156 @@
+package results
+
+import (
+	"fmt"
+	"time"
+)
+
+// The paths traffic takes to a probe pod, compared side by side.
+const (
+	// PathIngress is the tool's load through the ingress controller.
+	PathIngress = "ingress"
+	// PathClusterIP is the in-cluster runners' load through the Service's
+	// ClusterIP, routed by kube-proxy on each runner's node.
+	PathClusterIP = "clusterip"
+)
+
+// PathSummary is one path's end of traffic over the trials, as its client
+// saw it (the last response routed to the deleted pod) and as the probe saw
+// it (the last connection accepted from that path's peers).
+type PathSummary struct {
+	// Path is PathIngress or PathClusterIP; Stage the client-side stage
+	// (client_last_routed, cluster_last_routed: latest over runners).
+	Path  string `json:"path"`
+	Stage string `json:"stage"`
+	// Last is Stage's offset from T0; AfterNotReady its offset from
+	// slice_not_ready (how long the path went on routing after the
+	// EndpointSlice marked the endpoint not ready).
+	Last          Dist `json:"last"`
+	AfterNotReady Dist `json:"after_not_ready"`
+	// ProbeLast is the probe's last_accept from this path's peers: the
+	// runners' addresses for the ClusterIP path, every other peer for the
+	// ingress path (with keep-alive upstream connections, the ingress's
+	// last accept can precede its last request).
+	ProbeLast Dist `json:"probe_last"`
+	// Latest counts the trials, among Compared (those that timed both
+	// paths), in which this path's end was the later one: the path that
+	// sets the window.
+	Latest   int `json:"latest"`
+	Compared int `json:"compared"`
+}
+
+// RunnerAddrs are the addresses of the trial's in-cluster runners.
+func (r *Record) RunnerAddrs() map[string]bool {
+	out := map[string]bool{}
+	for _, rn := range r.Runners {
+		if rn.IP != "" {
+			out[rn.IP] = true
+		}
+	}
+	return out
+}
+
+// PathProbeLast is the latest last_accept offset from one path's peers:
+// the runners' addresses for PathClusterIP, every other key for
+// PathIngress.
+func (r *Record) PathProbeLast(path string) (time.Duration, bool) {
+	runners := r.RunnerAddrs()
+	var best time.Duration
+	found := false
+	for _, s := range r.Instances(StageLastAccept) {
+		if runners[s.Key] != (path == PathClusterIP) {
+			continue
+		}
+		if v := r.offset(s); !found || v > best {
+			best, found = v, true
+		}
+	}
+	return best, found
+}
+
+// pathStage is the client-side stage that ends each path.
+var pathStage = map[string]string{PathIngress: StageClientLastRouted, PathClusterIP: StageClusterLastRouted}
+
+// closePaths builds SummaryDoc.Paths when some trial had runners.
+func (s *Summary) closePaths(o Options) {
+	hasRunners := false
+	for _, r := range s.records {
+		hasRunners = hasRunners || len(r.Runners) > 0
+	}
+	if !hasRunners {
+		return
+	}
+	type acc struct{ last, afterNR, probe sample }
+	accs := map[string]*acc{PathIngress: {}, PathClusterIP: {}}
+	latest := map[string]int{}
+	compared := 0
+	for _, r := range s.records {
+		censored := r.Censored()
+		ends := map[string]time.Duration{}
+		for path, a := range accs {
+			stage := pathStage[path]
+			if v, ok := r.Offset(stage); ok && r.PointValid(stage) {
+				a.last.add(r.Trial, float64(v), censored)
+				ends[path] = v
+				if nr, ok := r.Offset(StageSliceNotReady); ok && r.PointValid(StageSliceNotReady) {
+					a.afterNR.add(r.Trial, float64(v-nr), censored)
+				}
+			}
+			if v, ok := r.PathProbeLast(path); ok && r.PointValid(StageLastAccept) {
+				a.probe.add(r.Trial, float64(v), censored)
+			}
+		}
+		if in, ok := ends[PathIngress]; ok {
+			if cl, ok := ends[PathClusterIP]; ok {
+				compared++
+				if cl > in {
+					latest[PathClusterIP]++
+				} else {
+					latest[PathIngress]++
+				}
+			}
+		}
+	}
+	for _, path := range []string{PathIngress, PathClusterIP} {
+		a, stage := accs[path], pathStage[path]
+		s.doc.Paths = append(s.doc.Paths, PathSummary{
+			Path: path, Stage: stage,
+			Last:          newDist(stage, &a.last, o.Quantile, o.Confidence),
+			AfterNotReady: newDist(Delta{StageSliceNotReady, stage}.Name(), &a.afterNR, o.Quantile, o.Confidence),
+			ProbeLast:     newDist(StageLastAccept+"["+path+"]", &a.probe, o.Quantile, o.Confidence),
+			Latest:        latest[path], Compared: compared,
+		})
+	}
+}
+
+// SetsWindow names the path whose end was the later one in most compared
+// trials, and says so in words; "" when no trial timed both.
+func (d *SummaryDoc) SetsWindow() (path, sentence string) {
+	var best *PathSummary
+	for i := range d.Paths {
+		p := &d.Paths[i]
+		if p.Compared > 0 && (best == nil || p.Latest > best.Latest) {
+			best = p
+		}
+	}
+	if best == nil {
+		return "", "No trial timed both the ingress path and the ClusterIP path: no comparison."
+	}
+	return best.Path, fmt.Sprintf("The %s path ended last in %d of %d trials that timed both paths: it sets the window, and the recommendation covers it.",
+		best.Path, best.Latest, best.Compared)
+}
+
+// pathRows renders the side-by-side table of the paths: per path its
+// client-side end (offset from T0 and from slice_not_ready), the probe's
+// view, and how often it ended last.
+func pathRows(d *SummaryDoc) (header []string, rows [][]string) {
+	header = []string{"path", "last routed", "n", "p50", "p95", "max", "U", "after not-ready p50", "p95", "max", "probe last_accept max", "ended last"}
+	for _, p := range d.Paths {
+		u, _ := boundCells(p.Last)
+		rows = append(rows, []string{p.Path, p.Stage, fmt.Sprint(p.Last.N),
+			cell(p.Last, p.Last.P50NS, 0.5), cell(p.Last, p.Last.P95NS, 0.95), cell(p.Last, p.Last.MaxNS, 1), u,
+			cell(p.AfterNotReady, p.AfterNotReady.P50NS, 0.5), cell(p.AfterNotReady, p.AfterNotReady.P95NS, 0.95), cell(p.AfterNotReady, p.AfterNotReady.MaxNS, 1),
+			cell(p.ProbeLast, p.ProbeLast.MaxNS, 1), fmt.Sprintf("%d/%d", p.Latest, p.Compared)})
+	}
+	return header, rows
+}
