@@ -46,6 +46,10 @@ LOCAL_SRC     := $(shell find deploy/local internal/localcluster/flock -name '*.
 # The deploy/local packages `make test` runs (the others import
 # k8s.io/kubernetes, which -race would rebuild from scratch).
 LOCAL_TEST_PKGS := ./nodeagent/... ./skipper/... ./kubeproxy ./e2e/...
+# The deploy/local packages that import k8s.io/kubernetes: vetted and tested
+# without -race, with -trimpath like `make cluster`, so they reuse its
+# compiled packages instead of rebuilding Kubernetes.
+LOCAL_NORACE_PKGS := ./controlplane/ ./cmd/epwindow-local/
 
 .PHONY: cluster
 cluster: $(BIN)/epwindow-local $(BIN)/skipper
@@ -99,9 +103,10 @@ test: deps
 	@$(T) unit $(GO) test -race -count=1 -timeout 20m $(UNIT)
 	@$(T) unit-localcluster sh -c 'cd internal/localcluster && $(GO) test -race -count=1 ./...'
 	@$(T) cluster $(MAKE) --no-print-directory cluster
+	@$(T) local-unit sh -c 'cd deploy/local && $(GO) vet -trimpath ./... && $(GO) test -trimpath -count=1 $(LOCAL_NORACE_PKGS)'
 	@$(T) check-fresh hack/check-fresh.sh
 	@$(T) e2e $(GO) test -race -p 1 -count=1 -timeout 40m $(E2E)
-	@$(T) local-e2e sh -c 'cd deploy/local && $(GO) vet $(LOCAL_TEST_PKGS) && $(GO) test -race -p 1 -count=1 -timeout 30m $(LOCAL_TEST_PKGS)'
+	@$(T) local-e2e sh -c 'cd deploy/local && $(GO) test -race -p 1 -count=1 -timeout 30m $(LOCAL_TEST_PKGS)'
 	@hack/timed.sh --table $(PHASES)
 
 # bench prints the figures from one run on this machine:
@@ -110,11 +115,15 @@ test: deps
 # req/s against a bare net/http handler and its heap under 10^6 requests from
 # 10^4 peers (hack/bench-probe.sh, about two minutes); and the cost of
 # stamping a watch event under a 5,000-endpoint Service on the local cluster
-# (hack/bench-stamp.sh, about 30 seconds).
+# (hack/bench-stamp.sh, about 30 seconds); and on the local cluster the load
+# generator's rate through a ClusterIP from a runner pod next to loopback,
+# and the highest rate it sustains through Skipper next to vegeta at that
+# rate (hack/benchclusterip, about 2 minutes).
 bench: build cluster
 	hack/bench-load.sh
 	hack/bench-probe.sh
 	hack/bench-stamp.sh
+	$(GO) run ./hack/benchclusterip
 
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.

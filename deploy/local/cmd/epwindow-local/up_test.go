@@ -1,0 +1,53 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseUp(t *testing.T) {
+	c, err := parseUp([]string{"--dir", "x", "--bin-dir", "/b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(c.Dir, "/x") || c.Nodes != 2 || c.IngressPoll != 3*time.Second || c.ProxyMode != "nftables" || c.ProxySync != 0 {
+		t.Errorf("defaults: %+v", c)
+	}
+	c, err = parseUp([]string{"--dir", "/d", "--bin-dir", "/b", "--proxy-mode", "iptables", "--proxy-min-sync-period", "4s", "--nodes", "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ProxyMode != "iptables" || c.ProxySync != 4*time.Second || c.Nodes != 3 {
+		t.Errorf("set: %+v", c)
+	}
+	if got := serviceCIDR(c); got != "10.96.0.0/16" {
+		t.Errorf("service CIDR with kube-proxy: %q", got)
+	}
+	c.ProxyMode = "none"
+	if got := serviceCIDR(c); got != "" {
+		t.Errorf("service CIDR without kube-proxy: %q, want none routed", got)
+	}
+}
+
+// Bad values fail before anything starts, naming the flag.
+func TestParseUpRejects(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "--dir"},
+		{[]string{"--dir", "/d", "--proxy-mode", "ipvs"}, "--proxy-mode"},
+		{[]string{"--dir", "/d", "--proxy-min-sync-period", "-1s"}, "--proxy-min-sync-period"},
+		{[]string{"--dir", "/d", "--proxy-mode", "none", "--proxy-min-sync-period", "2s"}, "--proxy-min-sync-period"},
+		{[]string{"--dir", "/d", "--nodes", "0"}, "--nodes"},
+		{[]string{"--dir", "/d", "--ingress-poll", "1ms"}, "--ingress-poll"},
+		{[]string{"--dir", "/d", "--batch-period", "-1s"}, "--batch-period"},
+		{[]string{"--dir", "/d", "extra"}, "unexpected"},
+	} {
+		_, err := parseUp(append(tt.args, "--bin-dir", "/b"))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want one naming %s", tt.args, err, tt.want)
+		}
+	}
+}
