@@ -30,13 +30,18 @@ func Options(period time.Duration) localcluster.Options {
 }
 
 // Config is a measure run with one in-cluster runner per node at 100 req/s
-// each (a new connection every 10 ms per runner), no pause before a
-// deletion (the churn below sets the phase instead).
-func Config(t *testing.T, c *localcluster.Cluster, trials int) measure.Config {
+// each (a new connection every 10 ms per runner). The pause before each
+// deletion spreads over one kube-proxy period (--trial-jitter, stratified
+// over the trials): without it each deletion follows the sync that made the
+// last replacement routable by the same fixed steps, and lands at the same
+// phase of kube-proxy's cycle every time (seen here at 4 s: 7 of 10 delays
+// within 1.35-1.58 s).
+func Config(t *testing.T, c *localcluster.Cluster, trials int, period time.Duration) measure.Config {
 	t.Helper()
 	cfg := e2etest.Config(t, c, c.Client)
 	cfg.Trials = trials
 	cfg.InClusterLoad, cfg.InClusterRate = Nodes, 100
+	cfg.TrialJitter = period
 	return cfg
 }
 
@@ -129,10 +134,11 @@ const slack = 250 * time.Millisecond
 // Service has other ready endpoints, so the terminating one is not a
 // fallback: KEP-1669, pkg/proxy/topology.go CategorizeEndpoints), and new
 // connections stop reaching it. With Churn keeping kube-proxy busy, syncs
-// run back to back every period, and a deletion lands at a uniformly random
-// phase of that cycle: the delays spread over [0, period], so over n
-// trials their largest exceeds period/2 except with probability 2^-n.
-func CheckGroundTruth(t *testing.T, recs []*results.Record, period time.Duration) []time.Duration {
+// run back to back every period, and with the deletions spread over one
+// period (Config) each lands at a uniformly random phase of that cycle: the
+// delays spread over [0, period]. So the largest of n delays stays under
+// mustExceed (when above 0) with probability (mustExceed/period)^n only.
+func CheckGroundTruth(t *testing.T, recs []*results.Record, period, mustExceed time.Duration) []time.Duration {
 	t.Helper()
 	var delays []time.Duration
 	for _, r := range recs {
@@ -161,8 +167,8 @@ func CheckGroundTruth(t *testing.T, recs []*results.Record, period time.Duration
 		}
 		delays = append(delays, d)
 	}
-	if len(delays) >= 8 && slices.Max(delays) < period/2 {
-		t.Errorf("delays %v: none reaches half of --min-sync-period %s; kube-proxy's period does not show", delays, period)
+	if mustExceed > 0 && len(delays) > 0 && slices.Max(delays) < mustExceed {
+		t.Errorf("delays %v: none reaches %s at --min-sync-period %s; kube-proxy's period does not show", delays, mustExceed, period)
 	}
 	return delays
 }
