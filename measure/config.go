@@ -35,7 +35,7 @@ const (
 	FlagTrials       = "trials"
 	FlagReplicas     = "replicas"
 	FlagMode         = "mode"
-	FlagIngressClass = "ingress-class"
+	FlagIngressClass = upstream.FlagIngressClass
 	FlagHost         = "host"
 	FlagURL          = "url"
 	FlagObserver     = "observer"
@@ -58,6 +58,7 @@ const (
 	FlagReadiness    = "readiness"
 	FlagDrain        = "drain"
 	FlagDeregDelay   = "deregistration-delay"
+	FlagLoadMethod   = "load-method"
 	FlagStopOnBlind  = "stop-on-blind-observer"
 	// FlagInClusterLoad and FlagInClusterRate set the in-cluster load
 	// runners: how many, and each one's requests per second.
@@ -196,7 +197,7 @@ func (c *Config) Validate() error {
 		add("--%s %q: want an http:// or https:// URL with a host", FlagURL, c.URL)
 	}
 	if m := c.LoadMethod; m != "" && m != "GET" && m != "POST" {
-		add("--%s %q: want GET or POST", "load-method", m)
+		add("--%s %q: want GET or POST", FlagLoadMethod, m)
 	}
 	if c.Rate <= 0 {
 		add("--%s (%g) must be above 0 requests per second", FlagRate, c.Rate)

@@ -19,20 +19,21 @@ import (
 	"github.com/epwindow/epwindow/results"
 )
 
-// Flags of measure that are not measure.Config fields by the same name.
+// Flags of measure that are not measure.Config fields by the same name; the
+// observer's are upstream's own names.
 const (
-	flagObserverURL         = "observer-url"
-	flagObserverInterval    = "observer-interval"
-	flagControllerSelector  = "controller-selector"
-	flagControllerNamespace = "controller-namespace"
-	flagControllerPort      = "controller-port"
-	flagEnvoyAdminPort      = "envoy-admin-port"
-	flagEnvoyCluster        = "envoy-cluster"
-	flagUpstreamsCmd        = "upstreams-cmd"
+	flagObserverURL         = upstream.FlagObserverURL
+	flagObserverInterval    = upstream.FlagObserverInterval
+	flagControllerSelector  = upstream.FlagControllerSelector
+	flagControllerNamespace = upstream.FlagControllerNamespace
+	flagControllerPort      = upstream.FlagControllerPort
+	flagEnvoyAdminPort      = upstream.FlagEnvoyAdminPort
+	flagEnvoyCluster        = upstream.FlagEnvoyCluster
+	flagUpstreamsCmd        = upstream.FlagUpstreamsCmd
 	flagBaseline            = "baseline"
 	flagMaxP99              = "max-p99"
 	flagMaxRegression       = "max-regression"
-	flagLoadMethod          = "load-method"
+	flagLoadMethod          = measure.FlagLoadMethod
 	flagLoadTimeout         = "load-timeout"
 	flagLoadMaxConns        = "load-max-conns"
 )
