@@ -84,9 +84,12 @@ type Params struct {
 	// probe answers after d: the pod keeps serving d before SIGTERM. This is
 	// how a recommended preStop is applied. Needs PreStop.
 	PreStopSleep time.Duration
-	// ExitOnSigterm makes the probe exit at once on SIGTERM (the broken
-	// canary).
+	// ExitOnSigterm makes the probe exit at once on SIGTERM (the incident's
+	// app).
 	ExitOnSigterm bool
+	// RefuseOnSigterm makes the probe refuse new connections from SIGTERM
+	// on and exit after Hold (verify's broken canary).
+	RefuseOnSigterm bool
 	// ClockOffset is the probe's --clock-offset (fault injection).
 	ClockOffset time.Duration
 	// ListenDelay is the probe's --listen-delay: it opens its listener only
@@ -407,6 +410,9 @@ func (p Params) command(base []string) []string {
 		"--hold="+p.Hold.String())
 	if p.ExitOnSigterm {
 		out = append(out, "--exit-on-sigterm")
+	}
+	if p.RefuseOnSigterm {
+		out = append(out, "--refuse-on-sigterm")
 	}
 	if p.ClockOffset != 0 {
 		out = append(out, "--clock-offset="+p.ClockOffset.String())

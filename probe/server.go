@@ -54,6 +54,10 @@ type Config struct {
 	// ExitOnSigterm closes the listener at SIGTERM and exits without holding:
 	// the fast-exiting app of the incidents (--exit-on-sigterm).
 	ExitOnSigterm bool
+	// RefuseOnSigterm closes the listener at SIGTERM, so new connections
+	// are refused, and exits only after Hold (or a release): the app that
+	// stops accepting at SIGTERM while it drains, its address still routed.
+	RefuseOnSigterm bool
 	// IgnoreSigterm stamps SIGTERM and otherwise ignores it: the probe keeps
 	// serving, /healthz stays 200, and only SIGKILL at the end of the grace
 	// period (exit 137) or a cancelled context stops it — the app whose
@@ -105,8 +109,8 @@ func (c Config) Validate() error {
 	if c.MaxPeers < 0 {
 		errs = append(errs, fmt.Errorf("--max-peers (%d) must not be negative", c.MaxPeers))
 	}
-	if c.IgnoreSigterm && c.ExitOnSigterm {
-		errs = append(errs, errors.New("--ignore-sigterm and --exit-on-sigterm exclude each other"))
+	if n := btoi(c.IgnoreSigterm) + btoi(c.ExitOnSigterm) + btoi(c.RefuseOnSigterm); n > 1 {
+		errs = append(errs, errors.New("--ignore-sigterm, --exit-on-sigterm and --refuse-on-sigterm exclude each other"))
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout (%s) must be positive", c.ShutdownTimeout))
@@ -238,17 +242,23 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 	}
 	p.terminating.Store(true)
 
-	if cfg.ExitOnSigterm {
+	if cfg.ExitOnSigterm || cfg.RefuseOnSigterm {
 		// Close the listener before anything else, so that new connections
 		// are refused from here on (and before the log line says so);
 		// in-flight requests still finish in the drain.
 		_ = ln.Close()
-		log.Info("sigterm", "at", at, "exit_on_sigterm", true, "listener_closed", true)
-		p.shutdown(ctx, srv)
-		p.finish("exit on sigterm")
-		return nil
+		log.Info("sigterm", "at", at, "exit_on_sigterm", cfg.ExitOnSigterm, "refuse_on_sigterm", cfg.RefuseOnSigterm,
+			"listener_closed", true, "hold", cfg.Hold.String())
+		if cfg.ExitOnSigterm {
+			p.shutdown(ctx, srv)
+			p.finish("exit on sigterm")
+			return nil
+		}
+		// Serve returns now that its listener is closed: expected.
+		serveErr = nil
+	} else {
+		log.Info("sigterm", "at", at, "hold", cfg.Hold.String(), "ready_after_sigterm", cfg.ReadyAfterSigterm)
 	}
-	log.Info("sigterm", "at", at, "hold", cfg.Hold.String(), "ready_after_sigterm", cfg.ReadyAfterSigterm)
 
 	hold := clk.NewTimer(cfg.Hold)
 	defer hold.Stop()
@@ -475,4 +485,11 @@ func getOrHead(w http.ResponseWriter, r *http.Request) bool {
 	w.Header().Set("Allow", "GET, HEAD")
 	http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	return false
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

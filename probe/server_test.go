@@ -401,6 +401,28 @@ func TestServeExitOnSigterm(t *testing.T) {
 	eqTime(t, "Exit", tl.Exit, ptr(at(5*time.Second)))
 }
 
+// --refuse-on-sigterm: refused from SIGTERM on, yet the process stays
+// until the hold ends, and only then exits.
+func TestServeRefuseOnSigterm(t *testing.T) {
+	p := serveInProcess(t, Config{Hold: 5 * time.Second, RefuseOnSigterm: true})
+	close(p.sigterm)
+	waitFor(t, "the sigterm log", func() bool { return strings.Contains(p.logs.String(), `"msg":"sigterm"`) })
+	_, err := net.DialTimeout("tcp", p.addr, waitTimeout)
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial after SIGTERM: err = %v, want connection refused", err)
+	}
+	waitFor(t, "the hold timer", p.clk.HasWaiters)
+	if !p.running() {
+		t.Fatal("exited before the hold ended")
+	}
+	p.clk.Step(5 * time.Second)
+	p.waitDone(t)
+	tl := p.termination(t)
+	eqTime(t, "Sigterm", tl.Sigterm, ptr(t0))
+	eqTime(t, "HoldExpired", tl.HoldExpired, ptr(at(5*time.Second)))
+	eqTime(t, "Exit", tl.Exit, ptr(at(5*time.Second)))
+}
+
 func TestConfigValidate(t *testing.T) {
 	ok := Config{Listen: ":8080", PodName: "p", Hold: time.Minute, MaxPeers: 1, ShutdownTimeout: time.Second}
 	for _, tc := range []struct {
@@ -420,6 +442,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative peers", func(c *Config) { c.MaxPeers = -1 }, "--max-peers"},
 		{"zero shutdown", func(c *Config) { c.ShutdownTimeout = 0 }, "--shutdown-timeout"},
 		{"ignore and exit on sigterm", func(c *Config) { c.IgnoreSigterm, c.ExitOnSigterm = true, true }, "--ignore-sigterm"},
+		{"refuse and exit on sigterm", func(c *Config) { c.RefuseOnSigterm, c.ExitOnSigterm = true, true }, "--refuse-on-sigterm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok

@@ -108,7 +108,11 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Report, error
 		window, source = cfg.Window, "--"+FlagWindowFrom+" "+cfg.WindowSource
 	}
 	if cfg.SelfTest {
-		st, err := r.selfTest(ctx, d)
+		lag := defaultLag
+		if window > 0 {
+			lag = window
+		}
+		st, err := r.selfTest(ctx, d, lag)
 		rep.SelfTest = st
 		if err != nil {
 			return rep, fmt.Errorf("self-test: %w", err)

@@ -17,10 +17,9 @@ import (
 
 // Self-test timing.
 const (
-	// canaryGrace is the canary's terminationGracePeriodSeconds: it exits
-	// at SIGTERM, so the grace period never runs out; small, so its
-	// namespace goes quickly.
-	canaryGrace = 5 * time.Second
+	// canaryMargin is the canary's grace period beyond its hold: it exits
+	// when the hold ends, so the grace period never runs out.
+	canaryMargin = 2 * time.Second
 	// canarySettle bounds the wait for the canary to be Ready and routed.
 	canarySettle = 2 * time.Minute
 	// cleanupTimeout bounds the deletion of the self-test's namespace.
@@ -30,11 +29,20 @@ const (
 // selfTestNamespace is the namespace the self-test creates.
 func (r *runner) selfTestNamespace() string { return "epwindow-verify-" + r.id }
 
-// selfTest runs one rollout of a broken canary — the probe exiting at
-// SIGTERM, no preStop — with the team's replica count, behind the same
-// ingress class, under the same load shape, in a namespace it creates and
-// deletes (also on Ctrl-C). The rollout must fail requests.
-func (r *runner) selfTest(ctx context.Context, team *appsv1.Deployment) (_ *SelfTest, err error) {
+// selfTest runs one rollout of a broken canary — the probe refusing new
+// connections from SIGTERM on, no preStop — with the team's replica count,
+// behind the same ingress class, under the same load shape, in a namespace
+// it creates and deletes (also on Ctrl-C). The rollout must fail requests.
+//
+// The canary keeps its process, and so its address, for lag after SIGTERM
+// (the window the ingress may still route to it): every request routed to
+// it then is refused, the failure an ingress's retries can hide. An app
+// that exits at once is no better a test: on a kubelet its exit stops the
+// pod sandbox and removes the address at once
+// (pkg/kubelet/kuberuntime/kuberuntime_manager.go, killPodWithSyncResult:
+// the containers, then StopPodSandbox), and requests to a vanished address
+// time out rather than being refused, which no ingress retry hides.
+func (r *runner) selfTest(ctx context.Context, team *appsv1.Deployment, lag time.Duration) (_ *SelfTest, err error) {
 	cfg := r.cfg
 	ns := r.selfTestNamespace()
 	replicas := max(int32(2), team.Status.ReadyReplicas)
@@ -45,11 +53,11 @@ func (r *runner) selfTest(ctx context.Context, team *appsv1.Deployment) (_ *Self
 	}
 	host := "canary-" + r.id + ".epwindow.invalid"
 	wl, err := deploy.Render(deploy.Params{Namespace: ns, Name: "canary", Replicas: replicas, Image: cfg.SelfTestImage,
-		IngressClass: class, Host: host, Hold: time.Second, GracePeriod: canaryGrace, ExitOnSigterm: true, RunID: r.id})
+		IngressClass: class, Host: host, Hold: lag, GracePeriod: lag + canaryMargin, RefuseOnSigterm: true, RunID: r.id})
 	if err != nil {
 		return st, fmt.Errorf("render the canary: %w", err)
 	}
-	r.say("self-test: broken canary (exits at SIGTERM, no preStop), %d replicas, ingress class %q, in namespace %s", replicas, class, ns)
+	r.say("self-test: broken canary (refuses connections from SIGTERM on, for %s; no preStop), %d replicas, ingress class %q, in namespace %s", lag, replicas, class, ns)
 	defer func() {
 		if cerr := r.deleteNamespace(ns); cerr != nil {
 			err = errors.Join(err, cerr)
@@ -77,7 +85,7 @@ func (r *runner) selfTest(ctx context.Context, team *appsv1.Deployment) (_ *Self
 	if err := r.waitRouted(ctx, tr, gen, int(replicas)); err != nil {
 		return st, err
 	}
-	tg := &target{ns: ns, name: wl.Deployment.Name, track: tr, gen: gen, lag: defaultLag, tail: minTail, res: cfg.pollInterval()}
+	tg := &target{ns: ns, name: wl.Deployment.Name, track: tr, gen: gen, lag: lag, tail: minTail, res: cfg.pollInterval()}
 	ro, err := r.rollout(ctx, tg, 0, false, func() {})
 	if err != nil {
 		return st, err

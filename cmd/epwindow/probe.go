@@ -22,6 +22,7 @@ const (
 	flagExitOnSigterm     = "exit-on-sigterm"
 	flagReadyAfterSigterm = "ready-after-sigterm"
 	flagIgnoreSigterm     = "ignore-sigterm"
+	flagRefuseOnSigterm   = "refuse-on-sigterm"
 	flagClockOffset       = "clock-offset"
 	flagTerminationLog    = "termination-log"
 	flagMaxPeers          = "max-peers"
@@ -80,6 +81,7 @@ read-only root filesystem. Logs are JSON lines on stderr, one per state change
 			&cli.StringFlag{Name: flagPodName, EnvVars: []string{"POD_NAME"}, Usage: "name reported in responses and the record (default: the host name)"},
 			&cli.DurationFlag{Name: flagHold, Value: probe.DefaultHold, Usage: "how long to keep serving after SIGTERM unless released by POST /release"},
 			&cli.BoolFlag{Name: flagExitOnSigterm, Usage: "close the listener at SIGTERM and exit without holding (the incident's app)"},
+			&cli.BoolFlag{Name: flagRefuseOnSigterm, Usage: "close the listener at SIGTERM (new connections refused) and exit after --hold: the app that stops accepting while it drains, its address still routed"},
 			&cli.BoolFlag{Name: flagIgnoreSigterm, Usage: "stamp SIGTERM and otherwise ignore it (keep serving, stay ready) until SIGKILL: the app that exits 137 at the end of the grace period"},
 			&cli.BoolFlag{Name: flagReadyAfterSigterm, Usage: "keep /healthz at 200 after SIGTERM"},
 			&cli.DurationFlag{Name: flagClockOffset, Usage: "fault injection: add this (may be negative) to every instant reported"},
@@ -100,6 +102,7 @@ func probeConfig(c *cli.Context) (probe.Config, error) {
 		Hold:              c.Duration(flagHold),
 		ExitOnSigterm:     c.Bool(flagExitOnSigterm),
 		IgnoreSigterm:     c.Bool(flagIgnoreSigterm),
+		RefuseOnSigterm:   c.Bool(flagRefuseOnSigterm),
 		ReadyAfterSigterm: c.Bool(flagReadyAfterSigterm),
 		ClockOffset:       c.Duration(flagClockOffset),
 		TerminationLog:    c.String(flagTerminationLog),

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -298,6 +299,46 @@ func TestVerify(t *testing.T) {
 			}
 		}
 	})
+
+	// The canary refuses from SIGTERM on; Skipper retries a GET whose
+	// connect was refused on another endpoint (proxy/proxy.go: a dial error
+	// on a request without a body is retried), so at any rate a GET sees
+	// none of the canary's refusals: the gate is blind, and says so before
+	// touching the team's Deployment.
+	t.Run("blind: GET through Skipper at a low rate", func(t *testing.T) {
+		team(t, "team-get", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+			c.Command = probeCmd("--exit-on-sigterm")
+			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+		})
+		before := deployment(t, "team-get")
+		rep, stderr, code := run(t, "team-get", "--method", "GET", "--rate", "10", "--rollouts", "3")
+		if code != 7 {
+			t.Fatalf("exit %d, want 7 (blind)", code)
+		}
+		if rep.SelfTest == nil || !rep.SelfTest.Blind || !strings.Contains(rep.SelfTest.Cause, "--method POST") {
+			t.Errorf("self-test %+v: want blind, naming --method POST", rep.SelfTest)
+		}
+		if len(rep.Rollouts) != 0 || rep.Verdict.Pass {
+			t.Errorf("a blind gate rolled %d times, pass %v", len(rep.Rollouts), rep.Verdict.Pass)
+		}
+		after := deployment(t, "team-get")
+		if after.Generation != before.Generation || after.Spec.Template.Annotations[verify.RestartAnnotation] != "" {
+			t.Errorf("the team's Deployment changed: generation %d → %d, annotations %v", before.Generation, after.Generation, after.Spec.Template.Annotations)
+		}
+		if !strings.Contains(stderr, "blind") {
+			t.Errorf("stderr does not say blind:\n%s", stderr)
+		}
+		leftovers(t)
+	})
+}
+
+func deployment(t *testing.T, ns string) *appsv1.Deployment {
+	t.Helper()
+	d, err := client(t).AppsV1().Deployments(ns).Get(context.Background(), "team", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // leftovers fails when a self-test namespace is still there.
