@@ -116,7 +116,7 @@ func configFlags(c *cli.Context) (*genericclioptions.ConfigFlags, error) {
 		f.AuthInfoName: flagUser, f.Namespace: flagNamespace, f.APIServer: flagServer,
 		f.BearerToken: flagToken, f.Impersonate: flagAs, f.Timeout: flagRequestTimeout,
 	} {
-		if v := c.String(name); v != "" {
+		if v := stringFlag(c, name); v != "" {
 			*p = v
 		}
 	}
@@ -173,7 +173,7 @@ func kube(c *cli.Context) (*kubeClient, error) {
 		{flagKubeCluster, slices.Collect(maps.Keys(raw.Clusters))},
 		{flagUser, slices.Collect(maps.Keys(raw.AuthInfos))},
 	} {
-		if n := c.String(ref.flag); n != "" && !slices.Contains(ref.have, n) {
+		if n := stringFlag(c, ref.flag); n != "" && !slices.Contains(ref.have, n) {
 			slices.Sort(ref.have)
 			return nil, clusterErrorf("--%s %q is not in the kubeconfig (%ss: %v)", ref.flag, n, ref.flag, ref.have)
 		}
@@ -224,4 +224,21 @@ func loadError(c *cli.Context, err error) error {
 		return usageErrorf("--%s needs --%s (a user to impersonate): %w", flagAsGroup, flagAs, err)
 	}
 	return clusterErrorf("load kubeconfig (--%s, --%s): %w", flagKubeconfig, flagContext, err)
+}
+
+// stringFlag is the value of the subcommand's string flag name, or "" when
+// it defines no such string flag: lint's --cluster is a switch of its own,
+// whose "true" is no kubeconfig cluster.
+func stringFlag(c *cli.Context, name string) string {
+	if c.Command != nil {
+		for _, f := range c.Command.Flags {
+			if slices.Contains(f.Names(), name) {
+				if _, ok := f.(*cli.StringFlag); !ok {
+					return ""
+				}
+				break
+			}
+		}
+	}
+	return c.String(name)
 }

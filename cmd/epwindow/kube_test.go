@@ -261,3 +261,16 @@ func parseVerify(t *testing.T, args ...string) (verify.Config, error) {
 	t.Helper()
 	return parseWith(t, verifyCommand(), verifyConfig, args...)
 }
+
+// lint's --cluster is its own switch (check the live objects), not
+// kubectl's kubeconfig cluster: its "true" must not be looked up.
+func TestLintClusterSwitchIsNoKubeconfigCluster(t *testing.T) {
+	writeKubeconfig(t)
+	kc, err := parseWith(t, lintCommand(), kube, "--cluster", "-n", "shop")
+	if err != nil {
+		t.Fatalf("lint --cluster: %v", err)
+	}
+	if kc.config.Host != "https://one.example:6443" || kc.namespace != "shop" {
+		t.Errorf("lint --cluster: host %s namespace %s, want the current context's cluster and -n", kc.config.Host, kc.namespace)
+	}
+}
