@@ -204,8 +204,11 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	// serveErr is where the serve loop's end is awaited; nil (never ready)
+	// once the probe closed the listener itself.
+	serveErr := served
 	log.Info("started", "pod", cfg.PodName, "addr", ln.Addr().String(), "listener_open", opened,
 		"listen_delay", cfg.ListenDelay.String(), "hold", cfg.Hold.String(),
 		"exit_on_sigterm", cfg.ExitOnSigterm, "ignore_sigterm", cfg.IgnoreSigterm, "clock_offset", cfg.ClockOffset.String())
