@@ -4,10 +4,10 @@
 //
 //   - through a Service's ClusterIP from one runner pod, next to its rate on
 //     loopback against the same probe binary (goal ≥ 2,000 req/s);
-//   - through the local Skipper with the probes behind it: the highest of
-//     -skipper-rates it sustains (≥ 99% answered 2xx at ≥ 95% of the rate
-//     asked), and vegeta at that rate and the same Host, a new connection per
-//     request too (goal ≥ 2,000 req/s).
+//   - through the local Skipper with the probes behind it, next to vegeta
+//     at the same rates and Host, a new connection per request too: the
+//     highest of -skipper-rates each sustains (≥ 99% answered 2xx at ≥ 95%
+//     of the rate asked; goal ≥ 2,000 req/s).
 //
 // Needs bin/epwindow-local (make cluster), bin/epwindow, root, and vegeta
 // (-vegeta; hack/bench-load.sh installs it into .cache/bin). make bench
@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,8 +47,10 @@ import (
 const goal = 2000.0
 
 var (
-	vegeta       string
-	skipperRates = rates{1000, 1500, 2000, 2500, 3000}
+	vegeta        string
+	skipperRates  = rates{1500, 2000, 2500}
+	skipperRounds = 3
+	skipperDur    = 5 * time.Second
 )
 
 // rates is a comma-separated list of rates.
@@ -71,6 +74,8 @@ func main() {
 	dur := flag.Duration("duration", 10*time.Second, "measured span (after a 2 s warm-up)")
 	flag.StringVar(&vegeta, "vegeta", ".cache/bin/vegeta", "the vegeta binary to compare with through Skipper")
 	flag.Var(&skipperRates, "skipper-rates", "rates to try through Skipper, comma-separated")
+	flag.IntVar(&skipperRounds, "skipper-rounds", skipperRounds, "rounds of each tool at each rate through Skipper")
+	flag.DurationVar(&skipperDur, "skipper-duration", skipperDur, "measured span of one round through Skipper")
 	flag.Parse()
 	if err := run(*rate, *dur); err != nil {
 		fmt.Fprintln(os.Stderr, "benchclusterip:", err)
@@ -98,7 +103,7 @@ func run(rate float64, dur time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("ClusterIP: %w", err)
 	}
-	sk, err := throughSkipper(ctx, filepath.Join(bin, "epwindow"), c.IngressURL, dur)
+	sk, err := throughSkipper(ctx, filepath.Join(bin, "epwindow"), c.IngressURL)
 	if err != nil {
 		return fmt.Errorf("Skipper: %w", err)
 	}
@@ -114,22 +119,18 @@ func run(rate float64, dur time.Duration) error {
 	}
 	fmt.Printf("ratio ClusterIP/loopback %.2f×; goal ≥ %.0f req/s through the ClusterIP: %s\n", cip.rate/loop.rate, goal, verdict)
 
-	fmt.Printf("\n== through the local Skipper (Host %s, 2 probes behind it), a new connection per request, %s a rate ==\n", benchHost, dur)
-	for _, t := range sk.tries {
-		row(fmt.Sprintf("epwindow load, %g req/s asked", t.asked), t.measured)
+	fmt.Printf("\n== through the local Skipper (Host %s, 2 probes behind it), a new connection per request: median of %d rounds of %s, the tools alternating ==\n",
+		benchHost, skipperRounds, skipperDur)
+	fmt.Printf("%-10s %22s %22s %10s\n", "asked", "epwindow load (2xx/s)", "vegeta (2xx/s)", "ratio")
+	for _, t := range sk.rates {
+		fmt.Printf("%-10g %14.0f (%5.1f%%) %14.0f (%5.1f%%) %9.2f×\n", t.asked, t.epwindow, 100*t.epwindowOK, t.vegeta, 100*t.vegetaOK, t.epwindow/t.vegeta)
 	}
 	verdict = "met"
 	if sk.best < goal {
 		verdict = "NOT met"
 	}
-	fmt.Printf("highest sustained (≥ 99%% 2xx at ≥ 95%% of the rate asked): %.0f req/s; goal ≥ %.0f req/s: %s\n", sk.best, goal, verdict)
-	if sk.vegetaErr != nil {
-		fmt.Printf("vegeta: not run (%s)\n", sk.vegetaErr)
-	}
-	for _, v := range sk.vegeta {
-		fmt.Printf("%-44s %8.0f req/s ok  (success %.2f%%); epwindow/vegeta %.2f×\n", fmt.Sprintf("vegeta, %g req/s asked", v.asked),
-			v.Throughput, 100*v.Success, v.epwindow/v.Throughput)
-	}
+	fmt.Printf("highest rate sustained (≥ 99%% 2xx at ≥ 95%% of the rate asked): epwindow load %.0f req/s (goal ≥ %.0f: %s), vegeta %.0f req/s\n",
+		sk.best, goal, verdict, sk.vegetaBest)
 	return nil
 }
 
@@ -137,60 +138,78 @@ const benchHost = "bench.local"
 
 // skipperResult is the Skipper sweep.
 type skipperResult struct {
-	tries     []try
-	best      float64 // highest sustained rate asked, 0 if none
-	vegeta    []vegetaRun
-	vegetaErr error
+	rates            []rateResult
+	best, vegetaBest float64 // highest sustained rate asked, 0 if none
 }
 
-// vegetaRun is vegeta at a rate epwindow was asked for, with what epwindow
-// achieved there.
-type vegetaRun struct {
-	asked, epwindow float64
-	*vegetaReport
+// rateResult is both tools at one rate: median 2xx per second over the
+// rounds, and the median share of 2xx.
+type rateResult struct {
+	asked                                  float64
+	epwindow, epwindowOK, vegeta, vegetaOK float64
 }
 
-type try struct {
-	asked float64
-	measured
-}
-
-// throughSkipper runs epwindow load on this machine through Skipper at
-// each rate, then vegeta at the highest sustained one.
-func throughSkipper(ctx context.Context, epwindow, ingress string, dur time.Duration) (*skipperResult, error) {
+// throughSkipper runs epwindow load and vegeta on this machine through
+// Skipper, alternating, skipperRounds rounds a rate: one short round of
+// each is at the mercy of whatever else the two cores did then.
+func throughSkipper(ctx context.Context, epwindow, ingress string) (*skipperResult, error) {
+	if _, err := os.Stat(vegeta); err != nil {
+		return nil, fmt.Errorf("no vegeta at %s (hack/bench-load.sh installs it)", vegeta)
+	}
 	res := &skipperResult{}
 	for _, r := range skipperRates {
-		m, err := loadRun(ctx, epwindow, ingress+"/", benchHost, r, dur)
-		if err != nil {
-			return nil, err
+		var ep, epOK, vg, vgOK []float64
+		for round := range skipperRounds {
+			runEp := func() error {
+				m, err := loadRun(ctx, epwindow, ingress+"/", benchHost, r, skipperDur)
+				if err == nil {
+					ep, epOK = append(ep, m.rate), append(epOK, m.okShare())
+				}
+				return err
+			}
+			runVg := func() error {
+				v, err := runVegeta(ctx, ingress+"/", benchHost, r, skipperDur)
+				if err == nil {
+					vg, vgOK = append(vg, v.Throughput), append(vgOK, v.Success)
+				}
+				return err
+			}
+			first, second := runEp, runVg
+			if round%2 == 1 {
+				first, second = runVg, runEp
+			}
+			if err := first(); err != nil {
+				return nil, err
+			}
+			if err := second(); err != nil {
+				return nil, err
+			}
 		}
-		res.tries = append(res.tries, try{r, m})
-		if sustained(m, r) {
+		t := rateResult{asked: r, epwindow: median(ep), epwindowOK: median(epOK), vegeta: median(vg), vegetaOK: median(vgOK)}
+		res.rates = append(res.rates, t)
+		if t.epwindow >= 0.95*r && t.epwindowOK >= 0.99 {
 			res.best = r
 		}
-	}
-	// vegeta at the highest rate epwindow sustained and at the next one it
-	// did not: the pair tells whether the generator or what it drives
-	// (Skipper, the probes, this machine) sets the limit.
-	for i, t := range res.tries {
-		if t.asked != res.best && (i == 0 || res.tries[i-1].asked != res.best) {
-			continue
+		if t.vegeta >= 0.95*r && t.vegetaOK >= 0.99 {
+			res.vegetaBest = r
 		}
-		v, err := runVegeta(ctx, ingress+"/", benchHost, t.asked, dur)
-		if err != nil {
-			res.vegetaErr = err
-			break
-		}
-		res.vegeta = append(res.vegeta, vegetaRun{t.asked, t.rate, v})
 	}
 	return res, nil
 }
 
-// sustained: at least 95% of the rate asked came back 2xx, and at least 99%
-// of what was sent.
-func sustained(m measured, asked float64) bool {
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// okShare is the share of sent requests answered 2xx.
+func (m measured) okShare() float64 {
 	sent := m.ok + m.failed + m.dropped
-	return m.rate >= 0.95*asked && sent > 0 && float64(m.ok) >= 0.99*float64(sent)
+	if sent == 0 {
+		return 0
+	}
+	return float64(m.ok) / float64(sent)
 }
 
 // vegetaReport is the part of `vegeta report -type=json` read here.
