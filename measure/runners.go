@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -136,15 +137,7 @@ func readyRunners(pods []corev1.Pod) (ready []corev1.Pod, failed error) {
 			ready = append(ready, p)
 		}
 	}
-	slices.SortFunc(ready, func(a, b corev1.Pod) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ready, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	return ready, nil
 }
 
@@ -243,7 +236,7 @@ func clusterStages(rec *results.Record, states []*runnerState, pod string, maxSk
 		rn := results.Runner{Pod: st.pod, Node: st.node, IP: st.ip}
 		if st.statsOK {
 			rn.Failures = subCounts(st.stats.Failures, st.before)
-			rec.ClusterFailures = addTo(rec.ClusterFailures, rn.Failures)
+			rec.ClusterFailures = results.AddCounts(rec.ClusterFailures, rn.Failures)
 		}
 		if st.skewOK {
 			rn.SkewNS, rn.SkewUncertaintyNS = int64(st.skew.Offset), int64(st.skew.Uncertainty)
@@ -288,16 +281,6 @@ func subCounts(a, b map[string]int) map[string]int {
 		}
 	}
 	return out
-}
-
-func addTo(into, m map[string]int) map[string]int {
-	for k, n := range m {
-		if into == nil {
-			into = map[string]int{}
-		}
-		into[k] += n
-	}
-	return into
 }
 
 // runnersSteady says what the runners still lack for steady state, "" when

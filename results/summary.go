@@ -141,11 +141,11 @@ func (s *Summary) Close() {
 	d.Quantile, d.Confidence = o.Quantile, o.Confidence
 	for _, r := range s.records {
 		d.countReasons(r)
-		d.ClientFailuresAll = addCounts(d.ClientFailuresAll, r.ClientFailures)
-		d.ClusterFailures = addCounts(d.ClusterFailures, r.ClusterFailures)
+		d.ClientFailuresAll = AddCounts(d.ClientFailuresAll, r.ClientFailures)
+		d.ClusterFailures = AddCounts(d.ClusterFailures, r.ClusterFailures)
 		if r.Valid {
 			d.Valid++
-			d.ClientFailures = addCounts(d.ClientFailures, r.ClientFailures)
+			d.ClientFailures = AddCounts(d.ClientFailures, r.ClientFailures)
 		}
 		censored := r.Censored()
 		if censored {
@@ -215,7 +215,9 @@ func (d *SummaryDoc) countReasons(r *Record) {
 	}
 }
 
-func addCounts(into, m map[string]int) map[string]int {
+// AddCounts adds m's counts into into, by key, and returns into (made when
+// nil and m has a key).
+func AddCounts(into, m map[string]int) map[string]int {
 	for k, n := range m {
 		if into == nil {
 			into = map[string]int{}
