@@ -121,7 +121,7 @@ func (c Config) Validate() error {
 
 // Start runs kube-proxy and returns once its health server says it has
 // programmed the rules once. It first removes what a crashed run's
-// kube-proxy left (CleanupStale).
+// kube-proxy left (CleanupStale) and refuses rules that are not ours.
 func Start(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -130,6 +130,9 @@ func Start(ctx context.Context, cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	if err := CleanupStale(ctx); err != nil {
+		return nil, err
+	}
+	if err := refuseForeign(ctx); err != nil {
 		return nil, err
 	}
 	// The marker holds the mode and the nftables tables there were before:
@@ -407,20 +410,27 @@ func run(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-// CleanupStale removes a crashed run's kube-proxy rules. Rules without our
-// marker are not ours: the start is refused, naming them.
+// CleanupStale removes a crashed run's kube-proxy rules, found by the
+// marker; without it there is nothing of ours to remove. epwindow-local
+// runs it at every start, whatever the new run's proxy mode.
 func CleanupStale(ctx context.Context) error {
 	b, err := os.ReadFile(Marker)
-	if err == nil {
-		mode, _, _ := strings.Cut(string(b), "\n")
-		if mode != ModeIPTables {
-			mode = ModeNFTables
-		}
-		return Cleanup(ctx, mode)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
-	if !errors.Is(err, os.ErrNotExist) {
+	if err != nil {
 		return err
 	}
+	mode, _, _ := strings.Cut(string(b), "\n")
+	if mode != ModeIPTables {
+		mode = ModeNFTables
+	}
+	return Cleanup(ctx, mode)
+}
+
+// refuseForeign fails when the machine has kube-proxy rules that are not
+// ours (no marker: CleanupStale ran first): kube-proxy would take them over.
+func refuseForeign(ctx context.Context) error {
 	left, err := Leftovers(ctx)
 	if err != nil {
 		return err

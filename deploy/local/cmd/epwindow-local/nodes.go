@@ -39,12 +39,16 @@ func dispatchShim() bool {
 	return false
 }
 
-// cleanupStaleNodes removes what a crashed run's node agent left behind:
-// processes in its network namespaces, those namespaces, its links and its
-// route, all found by the agent's name prefix.
-func cleanupStaleNodes(cfg upConfig, log *slog.Logger) error {
+// cleanupStale removes what a crashed run left behind: its node agent's
+// processes in their network namespaces, those namespaces, links and route
+// (found by the agent's name prefix), and its kube-proxy's rules (found by
+// kube-proxy's marker), whatever this run's --proxy-mode.
+func cleanupStale(ctx context.Context) error {
 	if err := nodeagent.CleanupStale(nodeagent.DefaultPrefix); err != nil {
 		return fmt.Errorf("remove a crashed run's network state: %w", err)
+	}
+	if err := kubeproxy.CleanupStale(ctx); err != nil {
+		return fmt.Errorf("remove a crashed run's kube-proxy rules: %w", err)
 	}
 	return nil
 }

@@ -176,7 +176,7 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 			retErr = nil
 		}
 	}()
-	if err := cleanupStaleNodes(cfg, log); err != nil {
+	if err := cleanupStale(ctx); err != nil {
 		return err
 	}
 
@@ -194,7 +194,7 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 	defer nodes.Stop()
 	log.Info("nodes ready", "nodes", cfg.Nodes, "after", time.Since(start))
 
-	proxyDone := make(<-chan struct{})
+	var proxyDone <-chan struct{} // nil, never ready, without kube-proxy
 	if cfg.ProxyMode != kubeproxy.ModeNone {
 		kp, stop, err := startServices(ctx, cfg, cp, nodes)
 		if err != nil {

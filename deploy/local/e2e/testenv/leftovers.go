@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/epwindow/epwindow/deploy/local/kubeproxy"
 )
 
 // NetPrefix is the node agent's default name prefix: its network
@@ -97,7 +99,9 @@ func Leftovers(ctx context.Context, dir string, marks ...string) ([]string, erro
 
 // KubeProxyLeftovers lists kube-proxy's state on the machine: its nftables
 // tables, iptables chains named KUBE-*, and epwindow-local's marker of a
-// running kube-proxy (kubeproxy.Marker).
+// running kube-proxy (kubeproxy.Marker). It reads the tables itself rather
+// than through kubeproxy.Leftovers: the check of the cleanup must not share
+// the cleanup's own reading.
 func KubeProxyLeftovers(ctx context.Context) ([]string, error) {
 	var out []string
 	if tables, err := exec.CommandContext(ctx, "nft", "list", "tables").Output(); err == nil {
@@ -123,8 +127,8 @@ func KubeProxyLeftovers(ctx context.Context) ([]string, error) {
 			}
 		}
 	}
-	if _, err := os.Stat("/run/epwindow-local-kube-proxy"); err == nil {
-		out = append(out, "file /run/epwindow-local-kube-proxy")
+	if _, err := os.Stat(kubeproxy.Marker); err == nil {
+		out = append(out, "file "+kubeproxy.Marker)
 	}
 	return out, nil
 }
