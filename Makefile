@@ -68,8 +68,11 @@ $(BIN)/skipper: deploy/local/skipper-build/go.mod deploy/local/skipper-build/go.
 # (into CNI_BIN_DIR) and iproute2. A no-op when all is there. demo and test
 # depend on it, ahead of the long build, so a missing piece fails in seconds.
 CNI_BIN_DIR ?= /usr/lib/cni
+# The Debian packages deps installs when missing: the CNI plugins, iproute2,
+# and kube-proxy's nftables and iptables.
+CNI_PKG     := containernetworking-plugins
 deps:
-	@CNI_BIN_DIR=$(CNI_BIN_DIR) hack/deps.sh
+	CNI_BIN_DIR=$(CNI_BIN_DIR) CNI_PKG=$(CNI_PKG) hack/deps.sh
 
 # check-fresh proves the fresh-machine path on this machine without
 # touching it: plugins looked for in an empty folder, deps fails fast

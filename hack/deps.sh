@@ -7,6 +7,8 @@
 #                Debian's containernetworking-plugins puts them); a
 #                different folder gets links to the installed plugins
 #   CNI_PKG_DIR  where the package installs them (default /usr/lib/cni)
+#   CNI_PKG      the Debian package of the plugins (default
+#                containernetworking-plugins; the Makefile passes it)
 #   APT_GET      the apt-get to use (default: apt-get on PATH)
 #   CHECK_ONLY=1 check, never install: say what is missing and fail
 #
@@ -15,6 +17,7 @@ set -euo pipefail
 
 CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
 CNI_PKG_DIR=${CNI_PKG_DIR:-/usr/lib/cni}
+CNI_PKG=${CNI_PKG:-containernetworking-plugins}
 APT_GET=${APT_GET:-apt-get}
 plugins=(bridge host-local loopback)
 
@@ -42,7 +45,7 @@ command -v ip >/dev/null || pkgs+=(iproute2)
 # nft command (nftables mode, the default) or iptables-restore (iptables).
 command -v nft >/dev/null || pkgs+=(nftables)
 command -v iptables-restore >/dev/null || pkgs+=(iptables)
-[ -z "$(missing_plugins)" ] || [ -x "$CNI_PKG_DIR/bridge" ] || pkgs+=(containernetworking-plugins)
+[ -z "$(missing_plugins)" ] || [ -x "$CNI_PKG_DIR/bridge" ] || pkgs+=("$CNI_PKG")
 
 if [ ${#pkgs[@]} -gt 0 ]; then
 	[ "${CHECK_ONLY:-}" != 1 ] || fail "missing ${pkgs[*]}: install them (apt-get install ${pkgs[*]}) or run make deps"
@@ -58,7 +61,7 @@ if [ -n "$(missing_plugins)" ]; then
 	[ "${CHECK_ONLY:-}" != 1 ] || fail "CNI plugins $(missing_plugins | tr '\n' ' ')missing in $CNI_BIN_DIR: run make deps"
 	mkdir -p "$CNI_BIN_DIR"
 	for p in $(missing_plugins); do
-		[ -x "$CNI_PKG_DIR/$p" ] || fail "CNI plugin $p missing in $CNI_PKG_DIR after installing containernetworking-plugins"
+		[ -x "$CNI_PKG_DIR/$p" ] || fail "CNI plugin $p missing in $CNI_PKG_DIR after installing $CNI_PKG"
 		ln -sf "$CNI_PKG_DIR/$p" "$CNI_BIN_DIR/$p"
 	done
 	echo "make deps: linked the CNI plugins into $CNI_BIN_DIR"
