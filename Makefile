@@ -45,14 +45,17 @@ LOCAL_SRC     := $(shell find deploy/local internal/localcluster/flock -name '*.
 	deploy/local/go.mod deploy/local/go.sum internal/localcluster/go.mod
 # The deploy/local packages `make test` runs (the others import
 # k8s.io/kubernetes, which -race would rebuild from scratch).
-LOCAL_TEST_PKGS := ./nodeagent/... ./skipper/... ./kubeproxy ./e2e/...
+LOCAL_TEST_PKGS := ./nodeagent/... ./skipper/... ./traefik/... ./kubeproxy ./internal/... ./e2e/...
 # The deploy/local packages that import k8s.io/kubernetes: vetted and tested
 # without -race, with -trimpath like `make cluster`, so they reuse its
 # compiled packages instead of rebuilding Kubernetes.
 LOCAL_NORACE_PKGS := ./controlplane/ ./cmd/epwindow-local/
 
-.PHONY: cluster
-cluster: $(BIN)/epwindow-local $(BIN)/skipper
+# cluster-skipper is what `make demo` needs (up's default --ingress skipper);
+# cluster adds Traefik and the Gateway API CRDs for `up --ingress traefik|all`.
+.PHONY: cluster cluster-skipper
+cluster-skipper: $(BIN)/epwindow-local $(BIN)/skipper
+cluster: cluster-skipper $(BIN)/traefik $(BIN)/gateway-api-crds/.version
 
 $(BIN)/epwindow-local: $(LOCAL_SRC)
 	@echo "building $@ (first build: 11-20 min on 2 cores; compiled packages are listed)"
@@ -61,6 +64,25 @@ $(BIN)/epwindow-local: $(LOCAL_SRC)
 $(BIN)/skipper: deploy/local/skipper-build/go.mod deploy/local/skipper-build/go.sum
 	@echo "building $@ (Zalando Skipper; first build: ~3-5 min; compiled packages are listed)"
 	cd deploy/local/skipper-build && $(GO) build -v -trimpath -o $(CURDIR)/$@ github.com/zalando/skipper/cmd/skipper
+
+# Its version is stamped as Traefik's release builds do (pkg/version), so
+# the API's /api/version, which measure records, names the pinned release.
+$(BIN)/traefik: deploy/local/traefik-build/go.mod deploy/local/traefik-build/go.sum
+	@echo "building $@ (Traefik; first build: ~8-10 min on 2 cores; compiled packages are listed)"
+	cd deploy/local/traefik-build && v=$$($(GO) list -m -f '{{.Version}}' github.com/traefik/traefik/v3) && \
+		$(GO) build -v -trimpath -ldflags "-X github.com/traefik/traefik/v3/pkg/version.Version=$$v" \
+		-o $(CURDIR)/$@ github.com/traefik/traefik/v3/cmd/traefik
+
+# The Gateway API standard-channel CRDs, copied from the module cache of the
+# sigs.k8s.io/gateway-api version Traefik's build module requires (the one
+# Traefik v3.6.12's go.mod names); `up` installs them from --bin-dir.
+$(BIN)/gateway-api-crds/.version: deploy/local/traefik-build/go.mod deploy/local/traefik-build/go.sum
+	@rm -rf $(BIN)/gateway-api-crds && mkdir -p $(BIN)/gateway-api-crds
+	cd deploy/local/traefik-build && $(GO) mod download sigs.k8s.io/gateway-api && \
+		src=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api) && \
+		cp "$$src"/config/crd/standard/*.yaml $(CURDIR)/$(BIN)/gateway-api-crds/ && \
+		chmod 0644 $(CURDIR)/$(BIN)/gateway-api-crds/*.yaml && \
+		$(GO) list -m -f '{{.Version}}' sigs.k8s.io/gateway-api > $(CURDIR)/$@
 
 # deps checks what the local cluster needs before anything long runs (Linux,
 # root for the network namespaces, Go) and installs what a fresh Debian
@@ -131,5 +153,5 @@ bench: build cluster
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.
 # TRIALS=20 POLL=1s make demo to change the run.
-demo: deps build cluster
+demo: deps build cluster-skipper
 	CNI_BIN_DIR=$(CNI_BIN_DIR) hack/demo.sh

@@ -39,6 +39,15 @@ type Options struct {
 	// ProxyMinSyncPeriod is kube-proxy's --min-sync-period, passed as
 	// --proxy-min-sync-period (0 = up's default, kube-proxy's 1 s).
 	ProxyMinSyncPeriod time.Duration
+	// Ingress is --ingress: the data planes, "skipper" (up's default, when
+	// empty), "traefik" or "all".
+	Ingress string
+	// TraefikThrottle is Traefik's providersThrottleDuration,
+	// --traefik-throttle (0 = up's default, Traefik's 2 s; set
+	// TraefikNoThrottle for none).
+	TraefikThrottle time.Duration
+	// TraefikNoThrottle passes --traefik-throttle 0.
+	TraefikNoThrottle bool
 	// Dir is --dir: the cluster's kubeconfigs, state and logs; empty = a
 	// new temporary directory, removed by Stop unless the cluster failed.
 	Dir string
@@ -58,10 +67,28 @@ func (o Options) args(dir string) []string {
 	if o.ProxyMode != "" {
 		args = append(args, "--proxy-mode", o.ProxyMode)
 	}
+	if o.Ingress != "" {
+		args = append(args, "--ingress", o.Ingress)
+	}
+	if o.TraefikThrottle != 0 || o.TraefikNoThrottle {
+		args = append(args, "--traefik-throttle", o.TraefikThrottle.String())
+	}
 	if o.ProxyMinSyncPeriod != 0 {
 		args = append(args, "--proxy-min-sync-period", o.ProxyMinSyncPeriod.String())
 	}
 	return args
+}
+
+// binaries are what o's cluster runs from bin/.
+func (o Options) binaries() []string {
+	names := []string{"epwindow-local"}
+	if o.Ingress != "traefik" {
+		names = append(names, "skipper")
+	}
+	if o.Ingress == "traefik" || o.Ingress == "all" {
+		names = append(names, "traefik", "gateway-api-crds")
+	}
+	return names
 }
 
 func (o Options) withDefaults() Options {
@@ -91,10 +118,18 @@ type Cluster struct {
 	// Client is an admin client with room for a test's bursts (QPS 100,
 	// burst 200).
 	Client kubernetes.Interface
-	// IngressURL is Skipper's proxy listener, http://127.0.0.1:PORT.
+	// IngressURL is Skipper's proxy listener, http://127.0.0.1:PORT
+	// (empty without Skipper).
 	IngressURL string
 	// RoutesURL is Skipper's route table, http://127.0.0.1:PORT/routes.
 	RoutesURL string
+	// TraefikURL is Traefik's web entry point, http://127.0.0.1:PORT, where
+	// its Ingress providers and its Gateway serve (empty without Traefik).
+	TraefikURL string
+	// TraefikAPIURL is Traefik's API root (…/api/http/services).
+	TraefikAPIURL string
+	// Gateway is Traefik's Gateway, NS/NAME, of GatewayClass traefik.
+	Gateway string
 	// StartupTime is from starting the binary to its READY line.
 	StartupTime time.Duration
 	// PID is epwindow-local's process: etcd, the API server, the
@@ -178,7 +213,7 @@ func Binary() (string, error) {
 // time: Start first waits (bounded by ctx) for another package's cluster to
 // stop. On failure it returns the tail of the cluster's log in the error.
 func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
-	if err := RequireBinaries("epwindow-local", "skipper"); err != nil {
+	if err := RequireBinaries(o.binaries()...); err != nil {
 		return nil, err
 	}
 	bin, err := Binary()
@@ -272,7 +307,8 @@ func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 	return c, nil
 }
 
-// parseReady reads "READY kubeconfig=P ingress=U routes=U".
+// parseReady reads "READY kubeconfig=P [ingress=U routes=U] [traefik=U
+// traefik-api=U gateway=NS/NAME]".
 func (c *Cluster) parseReady(line string) error {
 	for _, f := range strings.Fields(line)[1:] {
 		k, v, _ := strings.Cut(f, "=")
@@ -283,9 +319,17 @@ func (c *Cluster) parseReady(line string) error {
 			c.IngressURL = v
 		case "routes":
 			c.RoutesURL = v
+		case "traefik":
+			c.TraefikURL = v
+		case "traefik-api":
+			c.TraefikAPIURL = v
+		case "gateway":
+			c.Gateway = v
 		}
 	}
-	if c.Kubeconfig == "" || c.IngressURL == "" || c.RoutesURL == "" {
+	skipper := c.IngressURL != "" && c.RoutesURL != ""
+	traefik := c.TraefikURL != "" && c.TraefikAPIURL != "" && c.Gateway != ""
+	if c.Kubeconfig == "" || !skipper && !traefik {
 		return fmt.Errorf("malformed READY line %q", line)
 	}
 	return nil

@@ -17,6 +17,17 @@ func TestParseReady(t *testing.T) {
 			line: "READY kubeconfig=/tmp/x/kubeconfig ingress=http://127.0.0.1:4000 routes=http://127.0.0.1:4001/routes",
 			want: Cluster{Kubeconfig: "/tmp/x/kubeconfig", IngressURL: "http://127.0.0.1:4000", RoutesURL: "http://127.0.0.1:4001/routes"},
 		},
+		{
+			line: "READY kubeconfig=/k traefik=http://127.0.0.1:5000 traefik-api=http://127.0.0.1:5001 gateway=traefik/traefik",
+			want: Cluster{Kubeconfig: "/k", TraefikURL: "http://127.0.0.1:5000", TraefikAPIURL: "http://127.0.0.1:5001", Gateway: "traefik/traefik"},
+		},
+		{
+			line: "READY kubeconfig=/k ingress=http://127.0.0.1:4000 routes=http://127.0.0.1:4001/routes traefik=http://127.0.0.1:5000 traefik-api=http://127.0.0.1:5001 gateway=traefik/traefik",
+			want: Cluster{Kubeconfig: "/k", IngressURL: "http://127.0.0.1:4000", RoutesURL: "http://127.0.0.1:4001/routes",
+				TraefikURL: "http://127.0.0.1:5000", TraefikAPIURL: "http://127.0.0.1:5001", Gateway: "traefik/traefik"},
+		},
+		// Traefik's line without its Gateway is not a whole one.
+		{line: "READY kubeconfig=/k traefik=http://127.0.0.1:5000 traefik-api=http://127.0.0.1:5001", wantErr: true},
 		{line: "READY kubeconfig=/tmp/x/kubeconfig", wantErr: true},
 		{line: "READY", wantErr: true},
 	}
@@ -27,7 +38,8 @@ func TestParseReady(t *testing.T) {
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("parseReady error = %v, want error %v", err, tt.wantErr)
 			}
-			if err == nil && (c.Kubeconfig != tt.want.Kubeconfig || c.IngressURL != tt.want.IngressURL || c.RoutesURL != tt.want.RoutesURL) {
+			if err == nil && (c.Kubeconfig != tt.want.Kubeconfig || c.IngressURL != tt.want.IngressURL || c.RoutesURL != tt.want.RoutesURL ||
+				c.TraefikURL != tt.want.TraefikURL || c.TraefikAPIURL != tt.want.TraefikAPIURL || c.Gateway != tt.want.Gateway) {
 				t.Errorf("parseReady = %+v, want %+v", c, tt.want)
 			}
 		})
@@ -45,6 +57,10 @@ func TestArgs(t *testing.T) {
 			[]string{"up", "--dir", "/d", "--nodes", "1", "--batch-period", "750ms", "--ingress-poll", "1s"}},
 		{"kube-proxy", Options{ProxyMode: "nftables", ProxyMinSyncPeriod: 4 * time.Second},
 			[]string{"up", "--dir", "/d", "--nodes", "2", "--batch-period", "0s", "--ingress-poll", "3s", "--proxy-mode", "nftables", "--proxy-min-sync-period", "4s"}},
+		{"traefik", Options{Ingress: "traefik", TraefikThrottle: 500 * time.Millisecond},
+			[]string{"up", "--dir", "/d", "--nodes", "2", "--batch-period", "0s", "--ingress-poll", "3s", "--ingress", "traefik", "--traefik-throttle", "500ms"}},
+		{"traefik unthrottled", Options{Ingress: "all", TraefikNoThrottle: true},
+			[]string{"up", "--dir", "/d", "--nodes", "2", "--batch-period", "0s", "--ingress-poll", "3s", "--ingress", "all", "--traefik-throttle", "0s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,6 +68,22 @@ func TestArgs(t *testing.T) {
 				t.Errorf("args = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestBinariesFollowIngress(t *testing.T) {
+	for _, tt := range []struct {
+		ingress string
+		want    []string
+	}{
+		{"", []string{"epwindow-local", "skipper"}},
+		{"skipper", []string{"epwindow-local", "skipper"}},
+		{"traefik", []string{"epwindow-local", "traefik", "gateway-api-crds"}},
+		{"all", []string{"epwindow-local", "skipper", "traefik", "gateway-api-crds"}},
+	} {
+		if got := (Options{Ingress: tt.ingress}).binaries(); !slices.Equal(got, tt.want) {
+			t.Errorf("Ingress %q: binaries %q, want %q", tt.ingress, got, tt.want)
+		}
 	}
 }
 

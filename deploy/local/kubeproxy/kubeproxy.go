@@ -25,9 +25,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/epwindow/epwindow/deploy/local/internal/child"
 	"github.com/epwindow/epwindow/deploy/local/internal/freeport"
 )
 
@@ -75,10 +75,8 @@ type Proxy struct {
 	// MetricsURL is kube-proxy's /metrics on loopback.
 	MetricsURL string
 
-	cfg  Config
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	cfg Config
+	*child.Process
 }
 
 // Args are kube-proxy's flags for cfg on the given loopback ports. Besides
@@ -169,58 +167,24 @@ func start(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	proc, err := child.Launch(self, append([]string{Arg}, Args(cfg, ports[0], ports[1])...), cfg.LogFile)
 	if err != nil {
-		return nil, fmt.Errorf("open kube-proxy log: %w", err)
-	}
-	defer logf.Close() // the child has its own copy
-	cmd := exec.Command(self, append([]string{Arg}, Args(cfg, ports[0], ports[1])...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start kube-proxy: %w", err)
+		return nil, err
 	}
 	p := &Proxy{
 		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]),
 		cfg:        cfg,
-		cmd:        cmd,
-		done:       make(chan struct{}),
+		Process:    proc,
 	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := p.waitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[0]), time.Minute); err != nil {
-		p.kill()
+	// kube-proxy's /healthz answers 200 only once the proxier has synced
+	// the rules (ProxyHealthServer, pkg/proxy/healthcheck/proxy_health.go).
+	healthz, client := fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[0]), &http.Client{Timeout: time.Second}
+	if err := proc.WaitReady(ctx, "kube-proxy", "kube-proxy.log", 100*time.Millisecond, time.Minute, func() bool {
+		return child.HTTPOK(ctx, client, healthz)
+	}); err != nil {
 		return nil, err
 	}
 	return p, nil
-}
-
-// waitHealthy polls kube-proxy's /healthz until it answers 200: its
-// ProxyHealthServer does so only once the proxier has synced the rules
-// (pkg/proxy/healthcheck/proxy_health.go).
-func (p *Proxy) waitHealthy(ctx context.Context, url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: time.Second}
-	for {
-		if resp, err := client.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("kube-proxy exited while starting (see kube-proxy.log): %v", p.err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kube-proxy not healthy after %s (see kube-proxy.log)", timeout)
-		}
-	}
 }
 
 // bridgeNetfilter is the sysctl that passes bridged IPv4 packets through
@@ -238,33 +202,9 @@ func checkBridgeNetfilter() error {
 	return nil
 }
 
-// Done is closed when the kube-proxy process has exited.
-func (p *Proxy) Done() <-chan struct{} { return p.done }
-
-// Err is the process's exit error; valid after Done is closed.
-func (p *Proxy) Err() error { return p.err }
-
-// PID is the kube-proxy process id.
-func (p *Proxy) PID() int { return p.cmd.Process.Pid }
-
-func (p *Proxy) kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
 // Stop ends kube-proxy and removes its rules.
 func (p *Proxy) Stop() error {
-	p.kill()
+	p.Process.Stop()
 	return Cleanup(context.Background(), p.cfg.Mode)
 }
 

@@ -3,14 +3,12 @@ package skipper
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
-	"syscall"
 	"time"
 
+	"github.com/epwindow/epwindow/deploy/local/internal/child"
 	"github.com/epwindow/epwindow/deploy/local/internal/freeport"
 )
 
@@ -39,9 +37,7 @@ type Skipper struct {
 	// http://127.0.0.1:PORT/routes (JSON with Accept: application/json).
 	RoutesURL string
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	*child.Process
 }
 
 // Args are Skipper's flags for cfg on the given loopback ports. Every
@@ -84,18 +80,7 @@ func Start(ctx context.Context, cfg Config) (*Skipper, error) {
 	if cfg.PollInterval < time.Millisecond {
 		return nil, fmt.Errorf("--ingress-poll (%s) must be at least 1ms", cfg.PollInterval)
 	}
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		s, err := start(ctx, cfg)
-		if err == nil {
-			return s, nil
-		}
-		lastErr = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, lastErr
+	return child.Retry(ctx, 3, func() (*Skipper, error) { return start(ctx, cfg) })
 }
 
 func start(ctx context.Context, cfg Config) (*Skipper, error) {
@@ -103,98 +88,20 @@ func start(ctx context.Context, cfg Config) (*Skipper, error) {
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	proc, err := child.Launch(cfg.Binary, Args(cfg, ports[0], ports[1]), cfg.LogFile, "SSL_CERT_FILE="+cfg.CAFile)
 	if err != nil {
-		return nil, fmt.Errorf("open skipper log: %w", err)
-	}
-	defer logf.Close() // the child has its own copy
-	cmd := exec.Command(cfg.Binary, Args(cfg, ports[0], ports[1])...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+cfg.CAFile)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start skipper: %w", err)
+		return nil, err
 	}
 	s := &Skipper{
 		URL:       fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		RoutesURL: fmt.Sprintf("http://127.0.0.1:%d/routes", ports[1]),
-		cmd:       cmd,
-		done:      make(chan struct{}),
+		Process:   proc,
 	}
-	go func() {
-		s.err = cmd.Wait()
-		close(s.done)
-	}()
-	if err := s.waitReady(ctx, 30*time.Second); err != nil {
-		s.Stop()
+	client := &http.Client{Timeout: time.Second}
+	if err := proc.WaitReady(ctx, "skipper", "skipper.log", 50*time.Millisecond, 30*time.Second, func() bool {
+		return child.HTTPOK(ctx, client, s.RoutesURL) && child.Accepts(s.URL)
+	}); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
-
-func (s *Skipper) waitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: time.Second}
-	for {
-		if s.routesOK(ctx, client) && s.proxyAccepts() {
-			return nil
-		}
-		select {
-		case <-s.done:
-			return fmt.Errorf("skipper exited while starting (see skipper.log): %v", s.err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("skipper not ready after %s (see skipper.log)", timeout)
-		}
-	}
-}
-
-func (s *Skipper) routesOK(ctx context.Context, client *http.Client) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.RoutesURL, nil)
-	if err != nil {
-		return false
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-func (s *Skipper) proxyAccepts() bool {
-	c, err := net.DialTimeout("tcp", s.URL[len("http://"):], time.Second)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
-}
-
-// Done is closed when the Skipper process has exited.
-func (s *Skipper) Done() <-chan struct{} { return s.done }
-
-// Err is the process's exit error; valid after Done is closed.
-func (s *Skipper) Err() error { return s.err }
-
-// Stop sends SIGTERM, waits up to 10s, then SIGKILLs.
-func (s *Skipper) Stop() {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-}
-
-// PID is the Skipper process id.
-func (s *Skipper) PID() int { return s.cmd.Process.Pid }

@@ -9,12 +9,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"k8s.io/client-go/dynamic"
 
 	"github.com/epwindow/epwindow/deploy/local/controlplane"
 	"github.com/epwindow/epwindow/deploy/local/kubeproxy"
 	"github.com/epwindow/epwindow/deploy/local/nodeagent"
 	"github.com/epwindow/epwindow/deploy/local/skipper"
+	"github.com/epwindow/epwindow/deploy/local/traefik"
 
 	"github.com/epwindow/epwindow/internal/localcluster/flock"
 )
@@ -29,6 +33,15 @@ const (
 	flagCNIBinDir   = "cni-bin-dir"
 	flagProxyMode   = "proxy-mode"
 	flagProxySync   = "proxy-min-sync-period"
+	flagIngress     = "ingress"
+	flagThrottle    = "traefik-throttle"
+)
+
+// The data planes `up --ingress` runs.
+const (
+	ingressSkipper = "skipper"
+	ingressTraefik = "traefik"
+	ingressAll     = "all"
 )
 
 // upConfig is `up`'s flags, typed.
@@ -41,7 +54,12 @@ type upConfig struct {
 	CNIBinDir   string        // the CNI plugins bridge, host-local, loopback
 	ProxyMode   string        // kube-proxy's mode, or none
 	ProxySync   time.Duration // kube-proxy's minSyncPeriod (0: its default)
+	Ingress     string        // skipper, traefik or all
+	Throttle    time.Duration // Traefik's providersThrottleDuration
 }
+
+func (c upConfig) skipper() bool { return c.Ingress != ingressTraefik }
+func (c upConfig) traefik() bool { return c.Ingress != ingressSkipper }
 
 func parseUp(args []string) (upConfig, error) {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
@@ -55,6 +73,8 @@ func parseUp(args []string) (upConfig, error) {
 	fs.StringVar(&c.CNIBinDir, flagCNIBinDir, nodeagent.DefaultCNIBinDir, "directory holding the CNI plugins bridge, host-local and loopback (make deps installs them)")
 	fs.StringVar(&c.ProxyMode, flagProxyMode, kubeproxy.ModeNFTables, "kube-proxy's mode: nftables, iptables, or none (no kube-proxy: ClusterIPs do not route)")
 	fs.DurationVar(&c.ProxySync, flagProxySync, 0, "kube-proxy's minSyncPeriod, the least time between two syncs of its rules (0: kube-proxy's default, 1s)")
+	fs.StringVar(&c.Ingress, flagIngress, ingressSkipper, "the data planes to run: skipper, traefik (its Ingress, Gateway API and ingress-nginx providers) or all")
+	fs.DurationVar(&c.Throttle, flagThrottle, 2*time.Second, "Traefik's providersThrottleDuration: the least time between two configurations a provider hands to the router (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -103,6 +123,14 @@ func (c *upConfig) validate() error {
 	if c.ProxySync > 0 && c.ProxyMode == kubeproxy.ModeNone {
 		return fmt.Errorf("--%s needs a kube-proxy: --%s is none", flagProxySync, flagProxyMode)
 	}
+	switch c.Ingress {
+	case ingressSkipper, ingressTraefik, ingressAll:
+	default:
+		return fmt.Errorf("--%s %q: want %s, %s or %s", flagIngress, c.Ingress, ingressSkipper, ingressTraefik, ingressAll)
+	}
+	if c.Throttle < 0 {
+		return fmt.Errorf("--%s (%s) must not be negative", flagThrottle, c.Throttle)
+	}
 	if c.ProxyMode != kubeproxy.ModeNone && c.Nodes == 0 {
 		return fmt.Errorf("--%s %s needs at least one node (--%s)", flagProxyMode, c.ProxyMode, flagNodes)
 	}
@@ -116,7 +144,7 @@ var ownedPaths = []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", 
 
 // logFiles are the per-component logs under DIR. A start truncates them;
 // teardown leaves them for reading.
-var logFiles = []string{"epwindow-local.log", "etcd.log", "apiserver.log", "controller-manager.log", "scheduler.log", "nodeagent.log", "skipper.log", "kube-proxy.log"}
+var logFiles = []string{"epwindow-local.log", "etcd.log", "apiserver.log", "controller-manager.log", "scheduler.log", "nodeagent.log", "skipper.log", "kube-proxy.log", "traefik.log"}
 
 func removeOwned(dir string, withLogs bool) error {
 	var errs []error
@@ -209,28 +237,36 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 		log.Info("kube-proxy ready", "mode", cfg.ProxyMode, "pid", kp.PID(), "metrics", kp.MetricsURL, "after", time.Since(start))
 	}
 
-	tokenFile := filepath.Join(cp.PKI.Dir, "skipper.token")
-	if err := os.WriteFile(tokenFile, []byte(cp.PKI.SkipperToken), 0o600); err != nil {
-		return err
+	ready := []string{"kubeconfig=" + cp.Kubeconfig}
+	var skipperDone, traefikDone <-chan struct{} // nil, never ready, when not run
+	var skipperErr, traefikErr func() error
+	if cfg.skipper() {
+		sk, err := startSkipper(ctx, cfg, cp)
+		if err != nil {
+			return err
+		}
+		defer sk.Stop()
+		if err := createIngressClass(ctx, cp.Client); err != nil {
+			return err
+		}
+		skipperDone, skipperErr = sk.Done(), sk.Err
+		ready = append(ready, "ingress="+sk.URL, "routes="+sk.RoutesURL)
+		log.Info("skipper ready", "pid", sk.PID(), "after", time.Since(start))
 	}
-	sk, err := skipper.Start(ctx, skipper.Config{
-		Binary:       filepath.Join(cfg.BinDir, "skipper"),
-		APIServerURL: cp.URL,
-		CAFile:       cp.PKI.CAFile,
-		TokenFile:    tokenFile,
-		PollInterval: cfg.IngressPoll,
-		LogFile:      filepath.Join(cfg.Dir, "skipper.log"),
-	})
-	if err != nil {
-		return fmt.Errorf("skipper: %w", err)
+	if cfg.traefik() {
+		tr, gw, err := startTraefik(ctx, cfg, cp)
+		if tr != nil {
+			defer tr.Stop()
+		}
+		if err != nil {
+			return err
+		}
+		traefikDone, traefikErr = tr.Done(), tr.Err
+		ready = append(ready, "traefik="+tr.URL, "traefik-api="+tr.APIURL, "gateway="+gw)
+		log.Info("traefik ready", "pid", tr.PID(), "gateway", gw, "after", time.Since(start))
 	}
-	defer sk.Stop()
-
-	if err := createIngressClass(ctx, cp.Client); err != nil {
-		return err
-	}
-	log.Info("ready", "after", time.Since(start), "skipper_pid", sk.PID())
-	fmt.Fprintf(stdout, "READY kubeconfig=%s ingress=%s routes=%s\n", cp.Kubeconfig, sk.URL, sk.RoutesURL)
+	log.Info("ready", "after", time.Since(start))
+	fmt.Fprintf(stdout, "READY %s\n", strings.Join(ready, " "))
 	if f, ok := stdout.(*os.File); ok {
 		_ = f.Sync()
 	}
@@ -243,11 +279,68 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 		return fmt.Errorf("control plane: %w", err)
 	case err := <-nodes.Err():
 		return fmt.Errorf("node agent: %w", err)
-	case <-sk.Done():
-		return fmt.Errorf("skipper exited (see skipper.log): %v", sk.Err())
+	case <-skipperDone:
+		return fmt.Errorf("skipper exited (see skipper.log): %v", skipperErr())
+	case <-traefikDone:
+		return fmt.Errorf("traefik exited (see traefik.log): %v", traefikErr())
 	case <-proxyDone:
 		return errors.New("kube-proxy exited (see kube-proxy.log)")
 	}
+}
+
+func startSkipper(ctx context.Context, cfg upConfig, cp *controlplane.ControlPlane) (*skipper.Skipper, error) {
+	tokenFile := filepath.Join(cp.PKI.Dir, "skipper.token")
+	if err := os.WriteFile(tokenFile, []byte(cp.PKI.SkipperToken), 0o600); err != nil {
+		return nil, err
+	}
+	sk, err := skipper.Start(ctx, skipper.Config{
+		Binary:       filepath.Join(cfg.BinDir, "skipper"),
+		APIServerURL: cp.URL,
+		CAFile:       cp.PKI.CAFile,
+		TokenFile:    tokenFile,
+		PollInterval: cfg.IngressPoll,
+		LogFile:      filepath.Join(cfg.Dir, "skipper.log"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("skipper: %w", err)
+	}
+	return sk, nil
+}
+
+// startTraefik installs the Gateway API CRDs and Traefik's classes, starts
+// Traefik, then creates its Gateway on Traefik's web port. The CRDs come
+// first: Traefik's Gateway provider lists them at start and, when they are
+// missing, retries with an exponential back-off (Provide in
+// pkg/provider/kubernetes/gateway/kubernetes.go). It returns the Gateway as
+// NS/NAME. Traefik is returned, to be stopped, even when a later step fails.
+func startTraefik(ctx context.Context, cfg upConfig, cp *controlplane.ControlPlane) (*traefik.Traefik, string, error) {
+	dyn, err := dynamic.NewForConfig(cp.RestConfig)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := installGatewayAPI(ctx, dyn, filepath.Join(cfg.BinDir, GatewayAPIDir)); err != nil {
+		return nil, "", fmt.Errorf("gateway API: %w", err)
+	}
+	if err := createTraefikClasses(ctx, cp.Client, dyn, !cfg.skipper()); err != nil {
+		return nil, "", err
+	}
+	tokenFile := filepath.Join(cp.PKI.Dir, "traefik.token")
+	if err := os.WriteFile(tokenFile, []byte(cp.PKI.TraefikToken), 0o600); err != nil {
+		return nil, "", err
+	}
+	tr, err := traefik.Start(ctx, traefik.Config{
+		Binary:       filepath.Join(cfg.BinDir, "traefik"),
+		APIServerURL: cp.URL,
+		CAFile:       cp.PKI.CAFile,
+		TokenFile:    tokenFile,
+		Throttle:     cfg.Throttle,
+		LogFile:      filepath.Join(cfg.Dir, "traefik.log"),
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("traefik: %w", err)
+	}
+	gw, err := createTraefikGateway(ctx, cp.Client, dyn, tr.Port)
+	return tr, gw, err
 }
 
 // startServices makes ClusterIPs work: the API server reachable from pods

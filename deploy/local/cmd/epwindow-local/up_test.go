@@ -11,7 +11,8 @@ func TestParseUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(c.Dir, "/x") || c.Nodes != 2 || c.IngressPoll != 3*time.Second || c.ProxyMode != "nftables" || c.ProxySync != 0 {
+	if !strings.HasSuffix(c.Dir, "/x") || c.Nodes != 2 || c.IngressPoll != 3*time.Second || c.ProxyMode != "nftables" || c.ProxySync != 0 ||
+		c.Ingress != "skipper" || !c.skipper() || c.traefik() || c.Throttle != 2*time.Second {
 		t.Errorf("defaults: %+v", c)
 	}
 	c, err = parseUp([]string{"--dir", "/d", "--bin-dir", "/b", "--proxy-mode", "iptables", "--proxy-min-sync-period", "4s", "--nodes", "3"})
@@ -20,6 +21,18 @@ func TestParseUp(t *testing.T) {
 	}
 	if c.ProxyMode != "iptables" || c.ProxySync != 4*time.Second || c.Nodes != 3 {
 		t.Errorf("set: %+v", c)
+	}
+	for _, tt := range []struct {
+		ingress          string
+		skipper, traefik bool
+	}{{"skipper", true, false}, {"traefik", false, true}, {"all", true, true}} {
+		c, err := parseUp([]string{"--dir", "/d", "--bin-dir", "/b", "--ingress", tt.ingress, "--traefik-throttle", "500ms"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.skipper() != tt.skipper || c.traefik() != tt.traefik || c.Throttle != 500*time.Millisecond {
+			t.Errorf("--ingress %s: skipper %v traefik %v throttle %s", tt.ingress, c.skipper(), c.traefik(), c.Throttle)
+		}
 	}
 	if got := serviceCIDR(c); got != "10.96.0.0/16" {
 		t.Errorf("service CIDR with kube-proxy: %q", got)
@@ -44,6 +57,8 @@ func TestParseUpRejects(t *testing.T) {
 		{[]string{"--dir", "/d", "--ingress-poll", "1ms"}, "--ingress-poll"},
 		{[]string{"--dir", "/d", "--batch-period", "-1s"}, "--batch-period"},
 		{[]string{"--dir", "/d", "extra"}, "unexpected"},
+		{[]string{"--dir", "/d", "--ingress", "nginx"}, "--ingress"},
+		{[]string{"--dir", "/d", "--traefik-throttle", "-1s"}, "--traefik-throttle"},
 	} {
 		_, err := parseUp(append(tt.args, "--bin-dir", "/b"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
