@@ -57,6 +57,21 @@ const (
 	ControllerSkipper      = "zalando.org/skipper"
 )
 
+// Controller names of GatewayClass spec.controllerName that auto recognises
+// (Envoy Gateway's "gateway.envoyproxy.io/gatewayclass-controller" is
+// recognised by ControllerEnvoyGateway, Contour's by ControllerContourPref).
+const (
+	// ControllerTraefikGateway: controllerName in
+	// pkg/provider/kubernetes/gateway/kubernetes.go of traefik/traefik.
+	ControllerTraefikGateway = "traefik.io/gateway-controller"
+	// ControllerIstioGateway is Istio's default controllerName
+	// (PILOT_GATEWAY_API_CONTROLLER_NAME, pilot/pkg/features in istio/istio).
+	ControllerIstioGateway = "istio.io/gateway-controller"
+	// ControllerCiliumGateway is Cilium's controllerName (controllerName in
+	// operator/pkg/gateway-api of cilium/cilium).
+	ControllerCiliumGateway = "io.cilium/gateway-controller"
+)
+
 // DefaultInterval is the poll interval when Options.Interval is zero.
 const DefaultInterval = time.Second
 
@@ -90,6 +105,13 @@ type Options struct {
 	// by (--ingress-class); empty means the Target Ingress's class, else the
 	// cluster's default class.
 	IngressClass string
+	// GatewayClass is the GatewayClass of the Gateway the probe's HTTPRoute
+	// attaches to (measure --route httproute); "" when the Target is reached
+	// through an Ingress.
+	GatewayClass string
+	// GatewayController is that GatewayClass's spec.controllerName. When it
+	// is set, auto picks the observer by it instead of by an IngressClass.
+	GatewayController string
 	// ControllerSelector and ControllerNamespace find the controller pods
 	// (--controller-selector, --controller-namespace; "" = all namespaces).
 	// Empty selector: the controller's usual Helm labels.
@@ -112,12 +134,14 @@ type Options struct {
 // Choice says which observer was built and why.
 type Choice struct {
 	Kind string
-	// Controller is the IngressClass's spec.controller, when it was read.
+	// Controller is the IngressClass's spec.controller, or the
+	// GatewayClass's spec.controllerName, when one was read.
 	Controller string
 	Reason     string
 }
 
-// String reads like "nginx (IngressClass nginx: controller k8s.io/ingress-nginx)".
+// String reads like "nginx (IngressClass nginx: controller k8s.io/ingress-nginx)"
+// or "traefik (GatewayClass traefik: controller traefik.io/gateway-controller)".
 func (c Choice) String() string { return c.Kind + " (" + c.Reason + ")" }
 
 // kindForController maps an IngressClass controller name to an observer kind.
@@ -136,10 +160,38 @@ func kindForController(controller string) (string, bool) {
 	return "", false
 }
 
-// New builds the observer of the given kind for t. For KindAuto it reads the
-// IngressClass (Options.IngressClass, else the Ingress's class, else the
-// default class) and picks by its controller; Choice says what was picked and
-// why. Observers that port-forward keep their forwards until Close.
+// gatewayChoice picks the observer for a GatewayClass's controller. Cilium's
+// Envoy serves its admin API only on a unix socket
+// (/var/run/cilium/envoy-admin.sock, as cilium-bugtool reads it), which a
+// port-forward cannot reach: it is observed only at a URL that exposes it.
+func gatewayChoice(class, controller string, haveURLs bool) Choice {
+	c := Choice{Kind: KindNone, Controller: controller}
+	why := fmt.Sprintf("GatewayClass %s: controller %s", class, controller)
+	switch {
+	case controller == ControllerTraefikGateway:
+		c.Kind = KindTraefik
+	case controller == ControllerIstioGateway,
+		strings.HasPrefix(controller, ControllerEnvoyGateway),
+		strings.HasPrefix(controller, ControllerContourPref):
+		c.Kind = KindEnvoy
+	case controller == ControllerCiliumGateway && haveURLs:
+		c.Kind = KindEnvoy
+		why += " (cilium-envoy's admin at --" + FlagObserverURL + "; --" + FlagEnvoyCluster + " names Cilium's clusters)"
+	case controller == ControllerCiliumGateway:
+		why += fmt.Sprintf(": cilium-envoy serves its admin API on a unix socket, which a port-forward cannot reach; expose it and pass --%s %s --%s URL, or use --%s %s --%s '…'",
+			FlagObserver, KindEnvoy, FlagObserverURL, FlagObserver, KindCmd, FlagUpstreamsCmd)
+	default:
+		why += fmt.Sprintf(" has no observer here; upstream stages need --%s %s --%s '…'", FlagObserver, KindCmd, FlagUpstreamsCmd)
+	}
+	c.Reason = why
+	return c
+}
+
+// New builds the observer of the given kind for t. For KindAuto it picks by
+// the GatewayClass's controller when Options.GatewayController is set, else
+// it reads the IngressClass (Options.IngressClass, else the Ingress's class,
+// else the default class) and picks by its controller; Choice says what was
+// picked and why. Observers that port-forward keep their forwards until Close.
 func New(ctx context.Context, kind string, deps Deps, t Target, opts Options) (Observer, Choice, error) {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
@@ -159,8 +211,17 @@ func New(ctx context.Context, kind string, deps Deps, t Target, opts Options) (O
 	}
 	// Envoy's defaults depend on which controller runs it, so the class is
 	// read for envoy too (best effort there).
-	if kind == KindAuto || (kind == KindEnvoy && (opts.EnvoyAdminPort == 0 || opts.ControllerSelector == "") && len(opts.URLs) == 0) {
-		class, controller, err := ingressController(ctx, deps.Client, t, opts.IngressClass)
+	envoyDefaults := kind == KindEnvoy && (opts.EnvoyAdminPort == 0 || opts.ControllerSelector == "") && len(opts.URLs) == 0
+	if kind == KindAuto || envoyDefaults {
+		// A route's GatewayClass was read by the caller; an Ingress's class
+		// is looked up here.
+		var class, controller string
+		var err error
+		if opts.GatewayController != "" {
+			class, controller = opts.GatewayClass, opts.GatewayController
+		} else {
+			class, controller, err = ingressController(ctx, deps.Client, t, opts.IngressClass)
+		}
 		switch {
 		case kind == KindEnvoy:
 			choice.Controller = controller
@@ -168,6 +229,8 @@ func New(ctx context.Context, kind string, deps Deps, t Target, opts Options) (O
 			choice = Choice{Kind: KindCmd, Controller: controller, Reason: "--" + FlagUpstreamsCmd + " is set"}
 		case err != nil:
 			return nil, choice, fmt.Errorf("--%s auto: %w (or name the observer with --%s)", FlagObserver, err, FlagObserver)
+		case opts.GatewayController != "":
+			choice = gatewayChoice(class, controller, len(opts.URLs) > 0)
 		default:
 			k, ok := kindForController(controller)
 			if !ok {
@@ -185,7 +248,7 @@ func New(ctx context.Context, kind string, deps Deps, t Target, opts Options) (O
 }
 
 func build(choice Choice, deps Deps, t Target, opts Options) (Observer, error) {
-	h := &httpObserver{kind: choice.Kind, client: deps.HTTP, interval: opts.Interval, clock: deps.Clock}
+	h := &httpObserver{kind: choice.Kind, client: deps.HTTP, interval: opts.Interval, timeout: opts.Timeout, clock: deps.Clock}
 	pods := &podSource{portFlag: FlagControllerPort}
 	switch choice.Kind {
 	case KindNone:
@@ -219,6 +282,8 @@ func build(choice Choice, deps Deps, t Target, opts Options) (Observer, error) {
 			return settingsFromArgs(a, "providersThrottleDuration", "providers.providersThrottleDuration", "2s")
 		}
 		pods.selector, pods.port, pods.container = "app.kubernetes.io/name=traefik", 8080, "traefik"
+		// Read when no image tag tells the version, as with --observer-url.
+		h.versionPath, h.versionOf = "/api/version", traefikVersion
 	case KindEnvoy:
 		re := EnvoyClusterPattern(t)
 		if opts.EnvoyCluster != "" {
@@ -237,6 +302,18 @@ func build(choice Choice, deps Deps, t Target, opts Options) (Observer, error) {
 		case strings.HasPrefix(choice.Controller, ControllerEnvoyGateway):
 			// Envoy Gateway's proxies: admin on 127.0.0.1:19000.
 			pods.selector, pods.port, pods.container = "app.kubernetes.io/component=proxy,app.kubernetes.io/managed-by=envoy-gateway", 19000, "envoy"
+		case choice.Controller == ControllerIstioGateway:
+			// Istio's Gateway API gateways: the pods it deploys per Gateway
+			// carry these labels (kube-gateway.yaml under
+			// manifests/charts/istio-control/istio-discovery/files), and
+			// Envoy's admin listens on 127.0.0.1:15000 in istio-proxy. Every
+			// Gateway of the class is read, since which one serves the route
+			// is not known here; with several, --controller-selector
+			// gateway.networking.k8s.io/gateway-name=<gateway> narrows it.
+			pods.selector, pods.port, pods.container = "gateway.istio.io/managed=istio.io-gateway-controller", 15000, "istio-proxy"
+			if opts.GatewayClass != "" {
+				pods.selector += ",gateway.networking.k8s.io/gateway-class-name=" + opts.GatewayClass
+			}
 		}
 		if opts.EnvoyAdminPort != 0 {
 			pods.port = opts.EnvoyAdminPort

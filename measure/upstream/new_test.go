@@ -2,7 +2,11 @@ package upstream
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,6 +65,126 @@ func TestNewAutoPicksByController(t *testing.T) {
 				t.Errorf("choice %+v (%s), observer %s; want %s because %q", choice, choice, obs.Name(), tc.kind, tc.reason)
 			}
 		})
+	}
+}
+
+// TestNewAutoPicksByGatewayController: with a route's GatewayClass, auto
+// picks by its controllerName and reads no IngressClass (the fake client
+// holds none); envoy's pod defaults follow the controller.
+func TestNewAutoPicksByGatewayController(t *testing.T) {
+	for _, tc := range []struct {
+		controller string
+		urls       []string
+		kind       string
+		reason     string
+		selector   string
+		port       int
+	}{
+		{ControllerTraefikGateway, nil, KindTraefik, "GatewayClass gc: controller traefik.io/gateway-controller", "app.kubernetes.io/name=traefik", 8080},
+		{"gateway.envoyproxy.io/gatewayclass-controller", nil, KindEnvoy, "GatewayClass gc: controller gateway.envoyproxy.io/gatewayclass-controller",
+			"app.kubernetes.io/component=proxy,app.kubernetes.io/managed-by=envoy-gateway", 19000},
+		{ControllerIstioGateway, nil, KindEnvoy, "GatewayClass gc: controller istio.io/gateway-controller",
+			"gateway.istio.io/managed=istio.io-gateway-controller,gateway.networking.k8s.io/gateway-class-name=gc", 15000},
+		{ControllerCiliumGateway, nil, KindNone, "unix socket, which a port-forward cannot reach", "", 0},
+		{ControllerCiliumGateway, []string{"http://127.0.0.1:9901"}, KindEnvoy, "GatewayClass gc: controller io.cilium/gateway-controller (cilium-envoy's admin at --observer-url", "", 0},
+		{"example.net/gateway-controller", nil, KindNone, "GatewayClass gc: controller example.net/gateway-controller has no observer here; upstream stages need --observer cmd --upstreams-cmd", "", 0},
+	} {
+		t.Run(fmt.Sprintf("%s, %d URLs", tc.controller, len(tc.urls)), func(t *testing.T) {
+			obs, choice, err := New(context.Background(), KindAuto, Deps{Client: fake.NewClientset(), Config: restCfg}, routeTarget,
+				Options{GatewayClass: "gc", GatewayController: tc.controller, URLs: tc.urls})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer obs.Close()
+			if choice.Kind != tc.kind || obs.Name() != tc.kind || choice.Controller != tc.controller || !strings.Contains(choice.Reason, tc.reason) {
+				t.Errorf("choice %+v, observer %s; want %s because %q", choice, obs.Name(), tc.kind, tc.reason)
+			}
+			if tc.selector == "" {
+				return
+			}
+			src := obs.(*httpObserver).src.(*podSource)
+			if src.selector != tc.selector || src.port != tc.port {
+				t.Errorf("pods %q port %d; want %q port %d", src.selector, src.port, tc.selector, tc.port)
+			}
+		})
+	}
+
+	// --upstreams-cmd still wins, and an explicit envoy takes the Gateway
+	// controller's pod defaults.
+	_, choice, err := New(context.Background(), KindAuto, Deps{Client: fake.NewClientset(), Config: restCfg}, routeTarget,
+		Options{GatewayClass: "gc", GatewayController: ControllerTraefikGateway, Command: "true"})
+	if err != nil || choice.Kind != KindCmd {
+		t.Errorf("with --upstreams-cmd: %s, %v; want cmd", choice, err)
+	}
+	obs, choice, err := New(context.Background(), KindEnvoy, Deps{Client: fake.NewClientset(), Config: restCfg}, routeTarget,
+		Options{GatewayClass: "gc", GatewayController: ControllerIstioGateway})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	if src := obs.(*httpObserver).src.(*podSource); choice.Kind != KindEnvoy || choice.Controller != ControllerIstioGateway || src.port != 15000 || src.container != "istio-proxy" {
+		t.Errorf("--observer envoy on Istio: %+v, pods %q port %d container %q", choice, src.selector, src.port, src.container)
+	}
+}
+
+// TestTraefikVersionByURL: with --observer-url there is no pod image, so the
+// Traefik observer asks the API's /api/version at the URL's origin, once;
+// an API that does not answer leaves the version empty.
+func TestTraefikVersionByURL(t *testing.T) {
+	body := fixture(t, "traefik_version.json")
+	var mu sync.Mutex
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked = append(asked, r.URL.RequestURI())
+		mu.Unlock()
+		if r.URL.Path != "/traefik/api/version" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(body)
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	obs, _, err := New(ctx, KindTraefik, Deps{}, routeTarget, Options{URLs: []string{srv.URL + "/traefik/api/http/services?per_page=100000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	for range 2 {
+		if got := obs.(Versioner).Version(ctx); got != "3.6.12" {
+			t.Errorf("version %q, want 3.6.12 from /api/version", got)
+		}
+	}
+	mu.Lock()
+	if len(asked) != 1 || asked[0] != "/traefik/api/version" {
+		t.Errorf("requests %q, want one GET /traefik/api/version", asked)
+	}
+	mu.Unlock()
+
+	for name, u := range map[string]string{"404": srv.URL, "nothing listening": "http://127.0.0.1:1"} {
+		obs, _, err := New(ctx, KindTraefik, Deps{}, routeTarget, Options{URLs: []string{u}, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer obs.Close()
+		if got := obs.(Versioner).Version(ctx); got != "" {
+			t.Errorf("%s: version %q, want none", name, got)
+		}
+	}
+}
+
+func TestVersionURL(t *testing.T) {
+	for base, want := range map[string]string{
+		"http://127.0.0.1:8080":                                  "http://127.0.0.1:8080/api/version",
+		"http://127.0.0.1:8080/":                                 "http://127.0.0.1:8080/api/version",
+		"http://traefik.local/api/http/services?per_page=100000": "http://traefik.local/api/version",
+		"https://h.example/traefik/api/http/services":            "https://h.example/traefik/api/version",
+		"not a url": "",
+	} {
+		if got := versionURL(base, "/api/version"); got != want {
+			t.Errorf("versionURL(%q) = %q, want %q", base, got, want)
+		}
 	}
 }
 

@@ -7,13 +7,22 @@ import (
 )
 
 // Target names what an observer watches: the upstreams a controller routes
-// to for one Service port, reached through one Ingress.
+// to for one Service port, reached through one Ingress or one HTTPRoute.
 type Target struct {
 	Namespace string
 	Service   string
-	Port      int32 // the Service port the Ingress backend names
-	Ingress   string
-	Host      string
+	// Port is the Service port the Ingress backend or the HTTPRoute
+	// backendRef names (by number).
+	Port int32
+	// Ingress is the Ingress's name; "" when the Target is reached through a
+	// Gateway.
+	Ingress string
+	// Route is the HTTPRoute's name when the Target is reached through a
+	// Gateway, else "". Controllers that name their upstreams after routes
+	// (Envoy Gateway's clusters) need it; Ingress and Route never both
+	// matter for one run.
+	Route string
+	Host  string
 }
 
 // ReplicaUpstreams is one controller replica's view at one poll.
@@ -44,7 +53,9 @@ type Snapshot struct {
 }
 
 // Versioner is an Observer that knows the controller's version (from its
-// pods' images); measure writes it into the results header.
+// pods' images, or from the controller's own API when it is read by URL);
+// measure writes it into the results header. It never fails: "" means
+// unknown.
 type Versioner interface {
 	Version(ctx context.Context) string
 }

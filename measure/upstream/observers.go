@@ -33,7 +33,16 @@ type httpObserver struct {
 	src      source
 	client   *http.Client
 	interval time.Duration
+	timeout  time.Duration // bounds a version read
 	clock    clock.PassiveClock
+
+	// versionPath is the controller's own version endpoint, read from each
+	// replica's origin when no image tag tells the version (replicas given
+	// by --observer-url); versionOf decodes its payload. Empty: none.
+	versionPath string
+	versionOf   func([]byte) (string, error)
+	versionOnce sync.Once
+	apiVersion  string
 }
 
 func (o *httpObserver) Name() string              { return o.kind }
@@ -56,8 +65,10 @@ func (o *httpObserver) Settings(ctx context.Context) map[string]string {
 }
 
 // Version is the controller's version as its replicas' images tag it
-// ("v1.11.2"; distinct tags joined with ", " mid-upgrade), or "" when the
-// replicas are plain URLs or their images carry no tag.
+// ("v1.11.2"; distinct tags joined with ", " mid-upgrade). When no image
+// tells it (replicas given as URLs, or untagged images) and the controller
+// has a version endpoint, it is what that endpoint reports, read once;
+// else "".
 func (o *httpObserver) Version(ctx context.Context) string {
 	var tags []string
 	for _, c := range o.src.containers(ctx) {
@@ -65,7 +76,73 @@ func (o *httpObserver) Version(ctx context.Context) string {
 			tags = append(tags, t)
 		}
 	}
-	return strings.Join(tags, ", ")
+	if len(tags) > 0 || o.versionPath == "" {
+		return strings.Join(tags, ", ")
+	}
+	o.versionOnce.Do(func() { o.apiVersion = o.readVersion(ctx) })
+	return o.apiVersion
+}
+
+// readVersion asks every replica's version endpoint, each under the poll
+// timeout. A replica that does not answer is left out: the version is a
+// label in the results header, and nothing is worth failing a run for it.
+func (o *httpObserver) readVersion(ctx context.Context) string {
+	eps, err := o.src.endpoints(ctx)
+	if err != nil {
+		return ""
+	}
+	var vs []string
+	for _, ep := range eps {
+		if ep.Err != nil {
+			continue
+		}
+		if v := o.readVersionAt(ctx, versionURL(ep.BaseURL, o.versionPath)); v != "" && !slices.Contains(vs, v) {
+			vs = append(vs, v)
+		}
+	}
+	return strings.Join(vs, ", ")
+}
+
+func (o *httpObserver) readVersionAt(ctx context.Context, u string) string {
+	if u == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := o.client.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	v, err := o.versionOf(body)
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+// versionURL puts path on a replica URL's origin, keeping whatever prefix
+// comes before the URL's own "/api/" (Traefik's API behind a path prefix:
+// "http://h/traefik/api/http/services" → "http://h/traefik/api/version").
+func versionURL(base, path string) string {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	prefix := ""
+	if i := strings.LastIndex(u.Path, "/api/"); i >= 0 {
+		prefix = u.Path[:i]
+	}
+	u.Path, u.RawPath, u.RawQuery, u.Fragment = prefix+path, "", "", ""
+	return u.String()
 }
 
 // imageTag is an image reference's tag, or its digest when it has no tag:

@@ -186,6 +186,8 @@ func upstreamsFromNginx(body []byte, t Target) ([]netip.AddrPort, error) {
 // (pkg/config/runtime/runtime_http.go) whose dynamic.Service carries
 // loadBalancer.servers[] (dynamic.Server in pkg/config/dynamic/http_config.go:
 // url, fenced) next to serverStatus (server URL → "UP"/"DOWN").
+// Services of other types (weighted, mirroring, failover) have no
+// loadBalancer: they only name other services.
 type traefikService struct {
 	Name         string `json:"name"`
 	LoadBalancer *struct {
@@ -197,6 +199,22 @@ type traefikService struct {
 	ServerStatus map[string]string `json:"serverStatus"`
 }
 
+// Traefik's Kubernetes providers, by the name its API appends to every
+// service name after "@" (MakeQualifiedName in pkg/server/provider/provider.go,
+// applied in mergeConfiguration, pkg/server/aggregator.go, with the
+// ProviderName each provider's Provide sends).
+const (
+	// Ingress provider: ProviderName "kubernetes" in Provide,
+	// pkg/provider/kubernetes/ingress/kubernetes.go.
+	traefikProviderIngress = "kubernetes"
+	// Gateway API provider: providerName in
+	// pkg/provider/kubernetes/gateway/kubernetes.go.
+	traefikProviderGateway = "kubernetesgateway"
+	// ingress-nginx-compatible provider: providerName in
+	// pkg/provider/kubernetes/ingress-nginx/kubernetes.go.
+	traefikProviderIngressNGINX = "kubernetesingressnginx"
+)
+
 // traefikNormalize is provider.Normalize (pkg/provider/configuration.go):
 // every run of non-letters and non-digits becomes one "-".
 func traefikNormalize(s string) string {
@@ -205,25 +223,79 @@ func traefikNormalize(s string) string {
 	}), "-")
 }
 
-// traefikServiceMatches tells whether a Traefik service is the Target's: the
-// Kubernetes Ingress provider names it Normalize(<ns>-<service>-<port>)
-// (loadConfigurationFromIngresses in pkg/provider/kubernetes/ingress/kubernetes.go),
-// and the API appends "@<provider>".
-func traefikServiceMatches(name string, t Target) bool {
-	base, _, _ := strings.Cut(name, "@")
-	want := t.Namespace + "-" + t.Service + "-"
-	if t.Port != 0 {
-		return base == traefikNormalize(want+strconv.Itoa(int(t.Port)))
+// traefikServiceStem is the name a Traefik provider gives the Target's
+// service, before "-<port>", or "" when that provider cannot be serving the
+// Target:
+//
+//   - Ingress provider: Normalize(<ns>-<service>-<port>)
+//     (loadConfigurationFromIngresses in pkg/provider/kubernetes/ingress/kubernetes.go);
+//     it reads Ingresses, so not for a Target reached through an HTTPRoute.
+//   - Gateway provider: Normalize(<ns>-<service>-http-<port>), port the
+//     backendRef's Service port (loadService in
+//     pkg/provider/kubernetes/gateway/httproute.go); the route's own
+//     "…-wrr" service only weighs such services and holds no server. It
+//     reads routes, so not for a Target reached through an Ingress.
+//   - ingress-nginx provider: Normalize(<ns>-<ingress>-<service>-<port>)
+//     (loadConfiguration in pkg/provider/kubernetes/ingress-nginx/kubernetes.go),
+//     so only with the Ingress's name. Its default backends
+//     ("default-backend", "<ns>-<ingress>-default-backend") carry no Service
+//     name and are not matched: the probe's Ingress routes its Service by a
+//     rule (deploy/base/ingress.yaml).
+//
+// Both Ingress providers write <port> as the Ingress backend names it, a
+// name or a number; the probe's Ingress names it by number.
+func traefikServiceStem(provider string, t Target) string {
+	switch {
+	case provider == traefikProviderIngress && t.Route == "":
+		return traefikNormalize(t.Namespace + "-" + t.Service)
+	case provider == traefikProviderGateway && t.Ingress == "":
+		return traefikNormalize(t.Namespace + "-" + t.Service + "-http")
+	case provider == traefikProviderIngressNGINX && t.Ingress != "":
+		return traefikNormalize(t.Namespace + "-" + t.Ingress + "-" + t.Service)
 	}
-	return strings.HasPrefix(base, traefikNormalize(want)+"-")
+	return ""
 }
 
-// upstreamsFromTraefik reads Traefik's services. Traefik keeps serving
-// endpoints of a terminating pod but marks them fenced (Terminating condition,
-// loadService in pkg/provider/kubernetes/ingress/kubernetes.go), and its
-// balancers send fenced servers no new requests (pkg/server/service/loadbalancer/
-// wrr, hrw: fenced map); a server a health check marked DOWN gets none either.
-// Both count as withdrawn.
+// traefikServiceMatches tells whether a Traefik service is the Target's. The
+// name must be exactly the one the provider builds from the Target, with the
+// provider's own "@" suffix: a prefix would let a Service "probe-a" claim
+// "probe-ab"'s services, and one provider's name can equal another's (the
+// Ingress provider's Service "web-http" port 80 and the Gateway provider's
+// Service "web" port 80 are both "<ns>-web-http-80"). With no port in the
+// Target, any single-word port (a number, or a name without "-") matches.
+func traefikServiceMatches(name string, t Target) bool {
+	base, provider, ok := strings.Cut(name, "@")
+	if !ok {
+		return false
+	}
+	stem := traefikServiceStem(provider, t)
+	if stem == "" {
+		return false
+	}
+	if t.Port != 0 {
+		return base == stem+"-"+strconv.Itoa(int(t.Port))
+	}
+	port, ok := strings.CutPrefix(base, stem+"-")
+	return ok && port != "" && !strings.Contains(port, "-")
+}
+
+// upstreamsFromTraefik reads Traefik's services. What a terminating endpoint
+// becomes depends on the provider:
+//
+//   - Ingress provider: kept while Serving, marked fenced when Terminating
+//     (loadService in pkg/provider/kubernetes/ingress/kubernetes.go).
+//   - Gateway provider: only Ready endpoints become servers
+//     (getBackendAddresses in pkg/provider/kubernetes/gateway/kubernetes.go),
+//     so a terminating pod's server is gone at the next configuration.
+//   - ingress-nginx provider: kept while Serving; it reads Terminating into
+//     backendAddress.Fenced but buildService copies only the URL
+//     (pkg/provider/kubernetes/ingress-nginx/kubernetes.go), so a serving
+//     terminating pod stays an ordinary server until it stops serving.
+//
+// The balancers send fenced servers no new requests (the fenced map of each
+// balancer under pkg/server/service/loadbalancer: wrr, p2c, hrw, leasttime),
+// nor a server a health check marked DOWN. Both, like a missing server,
+// count as withdrawn.
 func upstreamsFromTraefik(body []byte, t Target) ([]netip.AddrPort, error) {
 	var services []traefikService
 	if err := json.Unmarshal(body, &services); err != nil {
@@ -246,6 +318,21 @@ func upstreamsFromTraefik(body []byte, t Target) ([]netip.AddrPort, error) {
 		}
 	}
 	return dedup(out), nil
+}
+
+// traefikVersion reads Traefik's GET /api/version: the anonymous struct of
+// Handler.Append in pkg/version/version.go, whose Version field has no JSON
+// tag and so is written "Version". It is what the build linked in
+// (-X …/pkg/version.Version): a release's tag without its "v"
+// (.goreleaser.yml.tmpl), "dev" for an untagged build.
+func traefikVersion(body []byte) (string, error) {
+	var v struct {
+		Version string `json:"Version"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return "", fmt.Errorf("decode traefik /api/version: %w", err)
+	}
+	return v.Version, nil
 }
 
 // envoyClusters is Envoy's admin GET /clusters?format=json: the
@@ -298,18 +385,25 @@ func (h envoyHealth) routable() bool {
 // EnvoyClusterPattern is the default pattern of the Envoy cluster names that
 // belong to a Target: Contour's "<ns>/<service>/<port>/<hash>"
 // (Clustername in internal/envoy; Contour shortens names past 60 characters,
-// and then --envoy-cluster must name them) and Istio's
-// "outbound|<port>||<service>.<ns>.svc.<domain>". Envoy Gateway names clusters
-// after routes ("httproute/<ns>/<route>/rule/<n>"), so there --envoy-cluster
-// must name them.
+// and then --envoy-cluster must name them), Istio's
+// "outbound|<port>||<service>.<ns>.svc.<domain>" (its sidecars and its
+// Gateway API gateways alike), and, when the Target names an HTTPRoute,
+// Envoy Gateway's "httproute/<ns>/<route>/rule/<n>" (irRouteDestinationName
+// in internal/gatewayapi of envoyproxy/gateway): Envoy Gateway names
+// clusters after route rules, not Services, so a rule with several
+// backendRefs lists them all, and for an Ingress it needs --envoy-cluster.
 func EnvoyClusterPattern(t Target) *regexp.Regexp {
 	port := `[^/|]+`
 	if t.Port != 0 {
 		port = strconv.Itoa(int(t.Port))
 	}
 	ns, svc := regexp.QuoteMeta(t.Namespace), regexp.QuoteMeta(t.Service)
-	return regexp.MustCompile(`^(` + ns + `/` + svc + `/` + port + `(/.*)?` +
-		`|outbound\|` + port + `\|[^|]*\|` + svc + `\.` + ns + `\.svc\..*)$`)
+	alt := ns + `/` + svc + `/` + port + `(/.*)?` +
+		`|outbound\|` + port + `\|[^|]*\|` + svc + `\.` + ns + `\.svc\..*`
+	if t.Route != "" {
+		alt += `|httproute/` + ns + `/` + regexp.QuoteMeta(t.Route) + `/rule/[0-9]+`
+	}
+	return regexp.MustCompile(`^(` + alt + `)$`)
 }
 
 // upstreamsFromEnvoy reads Envoy's clusters whose names match cluster, keeping

@@ -108,7 +108,9 @@ func TestUpstreamsFromNginx(t *testing.T) {
 // (pkg/api/handler_http.go) over runtime.ServiceInfo and dynamic.Server
 // (pkg/config/dynamic/http_config.go: url, fenced), service names from
 // pkg/provider/kubernetes/ingress/kubernetes.go: a fenced (terminating)
-// server, a server a health check marked DOWN, an empty service, an internal one.
+// server, a server a health check marked DOWN, another Service whose name
+// starts with the probe's ("epwindow-probe-canary"), an empty service, an
+// internal one.
 func TestUpstreamsFromTraefik(t *testing.T) {
 	body := fixture(t, "traefik_services.json")
 	for _, tc := range []struct {
@@ -117,8 +119,11 @@ func TestUpstreamsFromTraefik(t *testing.T) {
 		want   []netip.AddrPort
 	}{
 		{"fenced and down servers are withdrawn", probeTarget, aps("10.244.0.5:8080", "10.244.0.7:8080")},
+		{"every port, not the canary's", Target{Namespace: "epwindow", Service: "epwindow-probe", Ingress: "probe"}, aps("10.244.0.5:8080", "10.244.0.7:8080")},
+		{"the canary", Target{Namespace: "epwindow", Service: "epwindow-probe-canary", Port: 80, Ingress: "probe-canary"}, aps("10.244.0.99:8080")},
 		{"empty service", Target{Namespace: "epwindow", Service: "empty", Port: 80}, nil},
 		{"other service", Target{Namespace: "other", Service: "web"}, aps("10.244.1.1:80")},
+		{"not through an HTTPRoute", Target{Namespace: "epwindow", Service: "epwindow-probe", Port: 80, Route: "probe"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := upstreamsFromTraefik(body, tc.target)
@@ -129,6 +134,128 @@ func TestUpstreamsFromTraefik(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// routeTarget is the probe reached through an HTTPRoute.
+var routeTarget = Target{Namespace: "epwindow", Service: "epwindow-probe", Port: 8080, Route: "probe", Host: "probe.local"}
+
+// Fixture testdata/traefik_gateway_services.json is what Traefik's Gateway
+// provider (pkg/provider/kubernetes/gateway/httproute.go) puts behind
+// serviceRepresentation (pkg/api/handler_http.go): per backendRef a
+// loadBalancer service Normalize(<ns>-<service>-http-<port>) holding only
+// Ready endpoints (getBackendAddresses in gateway/kubernetes.go; the
+// probe's terminating 10.244.0.6 is absent, not fenced) and one of them DOWN;
+// per route rule a weighted "…-wrr" service naming it, with no servers; a
+// GRPCRoute's service (Normalize(<ns>-<service>-<port>-grpc), grpcroute.go);
+// another run's "epwindow-probe-2"; and the Ingress provider's service for a
+// Service "epwindow-probe-http", whose name differs only by its provider.
+func TestUpstreamsFromTraefikGateway(t *testing.T) {
+	body := fixture(t, "traefik_gateway_services.json")
+	for _, tc := range []struct {
+		name   string
+		target Target
+		want   []netip.AddrPort
+	}{
+		{"ready servers, one down", routeTarget, aps("10.244.0.5:8080", "10.244.0.7:8080")},
+		{"every port: not the gRPC service", Target{Namespace: "epwindow", Service: "epwindow-probe", Route: "probe"}, aps("10.244.0.5:8080", "10.244.0.7:8080")},
+		{"no route named: the Gateway provider's too", Target{Namespace: "epwindow", Service: "epwindow-probe", Port: 8080}, aps("10.244.0.5:8080", "10.244.0.7:8080")},
+		{"the other run", Target{Namespace: "epwindow", Service: "epwindow-probe-2", Port: 8080, Route: "probe-2"}, aps("10.244.9.9:8080")},
+		{"same name, Ingress provider", Target{Namespace: "epwindow", Service: "epwindow-probe-http", Port: 8080, Ingress: "web"}, aps("10.244.8.8:8080")},
+		{"another port", Target{Namespace: "epwindow", Service: "epwindow-probe", Port: 80, Route: "probe"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := upstreamsFromTraefik(body, tc.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalAPs(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Fixture testdata/traefik_ingressnginx_services.json is what Traefik's
+// ingress-nginx provider (pkg/provider/kubernetes/ingress-nginx/kubernetes.go)
+// puts behind serviceRepresentation: services
+// Normalize(<ns>-<ingress>-<service>-<port>) "@kubernetesingressnginx", the
+// probe's with a server DOWN, a serving terminating endpoint 10.244.0.9 that
+// v3.6.12 lists as an ordinary server (buildService copies only the URL), and
+// a fenced one, 10.244.0.6, as the Ingress provider writes it (should a
+// release copy Fenced); a second Service of the same Ingress
+// ("epwindow-probe-2", whose name the probe's is a prefix of), another run's
+// Ingress, the Ingress's default backend and the global default backend.
+func TestUpstreamsFromTraefikIngressNGINX(t *testing.T) {
+	body := fixture(t, "traefik_ingressnginx_services.json")
+	probe := Target{Namespace: "epwindow", Service: "epwindow-probe", Port: 8080, Ingress: "epwindow-probe"}
+	for _, tc := range []struct {
+		name   string
+		target Target
+		want   []netip.AddrPort
+	}{
+		{"fenced and down withdrawn, unfenced terminating present", probe, aps("10.244.0.5:8080", "10.244.0.7:8080", "10.244.0.9:8080")},
+		{"every port: not the second Service", Target{Namespace: "epwindow", Service: "epwindow-probe", Ingress: "epwindow-probe"},
+			aps("10.244.0.5:8080", "10.244.0.7:8080", "10.244.0.9:8080")},
+		{"second Service of the Ingress", Target{Namespace: "epwindow", Service: "epwindow-probe-2", Port: 8080, Ingress: "epwindow-probe"}, aps("10.244.9.8:8080")},
+		{"the other run", Target{Namespace: "epwindow", Service: "epwindow-probe-2", Port: 8080, Ingress: "epwindow-probe-2"}, aps("10.244.9.9:8080")},
+		{"no Ingress named: nothing of this provider", Target{Namespace: "epwindow", Service: "epwindow-probe", Port: 8080, Route: "probe"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := upstreamsFromTraefik(body, tc.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalAPs(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTraefikServiceMatches: names match exactly, provider included, never
+// by prefix.
+func TestTraefikServiceMatches(t *testing.T) {
+	ing := Target{Namespace: "ns", Service: "epwindow-abc", Port: 8080, Ingress: "epwindow-abc"}
+	route := Target{Namespace: "ns", Service: "epwindow-abc", Port: 8080, Route: "epwindow-abc"}
+	anyPort := Target{Namespace: "ns", Service: "epwindow-abc", Ingress: "epwindow-abc"}
+	for _, tc := range []struct {
+		name   string
+		target Target
+		want   bool
+	}{
+		{"ns-epwindow-abc-8080@kubernetes", ing, true},
+		{"ns-epwindow-abcd-8080@kubernetes", ing, false},
+		{"ns-epwindow-abc-8080", ing, false},
+		{"ns-epwindow-abc-8080@kubernetescrd", ing, false},
+		{"ns-epwindow-abc-8080@kubernetesgateway", ing, false},
+		{"ns-epwindow-abc-http-8080@kubernetesgateway", route, true},
+		{"ns-epwindow-abcd-http-8080@kubernetesgateway", route, false},
+		{"ns-epwindow-abc-http-8080@kubernetes", route, false},
+		{"ns-epwindow-abc-epwindow-abc-8080@kubernetesingressnginx", ing, true},
+		{"ns-epwindow-abc-epwindow-abcd-8080@kubernetesingressnginx", ing, false},
+		{"ns-epwindow-abcd-epwindow-abc-8080@kubernetesingressnginx", ing, false},
+		{"ns-epwindow-abc-epwindow-abc-8080@kubernetesingressnginx", route, false},
+		{"ns-epwindow-abc-http@kubernetes", anyPort, true},
+		{"ns-epwindow-abc-d-80@kubernetes", anyPort, false},
+		{"ns-epwindow-abc-@kubernetes", anyPort, false},
+		{"ns-epwindow-abc-epwindow-abc-80@kubernetesingressnginx", anyPort, true},
+	} {
+		if got := traefikServiceMatches(tc.name, tc.target); got != tc.want {
+			t.Errorf("traefikServiceMatches(%q, %+v) = %v, want %v", tc.name, tc.target, got, tc.want)
+		}
+	}
+}
+
+// Fixture testdata/traefik_version.json follows the struct Handler.Append
+// writes in pkg/version/version.go.
+func TestTraefikVersion(t *testing.T) {
+	v, err := traefikVersion(fixture(t, "traefik_version.json"))
+	if err != nil || v != "3.6.12" {
+		t.Errorf("got %q, %v; want 3.6.12", v, err)
+	}
+	if _, err := traefikVersion([]byte("404 page not found")); err == nil {
+		t.Error("a non-JSON body decoded")
 	}
 }
 
@@ -148,6 +275,9 @@ func TestUpstreamsFromEnvoy(t *testing.T) {
 			aps("10.244.0.5:8080", "10.244.0.9:8080", "10.244.0.10:8080", "10.244.0.11:8080")},
 		{"cluster without hosts", EnvoyClusterPattern(Target{Namespace: "epwindow", Service: "epwindow-probe-empty", Port: 80}), nil},
 		{"envoy gateway route cluster by --envoy-cluster", regexp.MustCompile(`^httproute/epwindow/probe/`), aps("10.244.2.1:8080")},
+		{"envoy gateway route cluster of the Target's HTTPRoute", EnvoyClusterPattern(Target{Namespace: "epwindow", Service: "nope", Port: 80, Route: "probe"}),
+			aps("10.244.2.1:8080")},
+		{"another HTTPRoute", EnvoyClusterPattern(Target{Namespace: "epwindow", Service: "nope", Port: 80, Route: "prob"}), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := upstreamsFromEnvoy(body, tc.cluster)
