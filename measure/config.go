@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -108,6 +109,12 @@ type Config struct {
 	// this long (see trialPauses). 0 deletes as soon as steady state is
 	// back. Delete mode only.
 	TrialJitter time.Duration
+	// BeforeDelete, when set, is called before each deletion of delete
+	// mode, after steady state and the pause, with the run's namespace; an
+	// error ends the run. It lets a caller hold a deletion until the
+	// cluster is in a state of its choosing (a test: no slice sync
+	// pending); the time it takes is not part of any trial.
+	BeforeDelete func(ctx context.Context, namespace string) error
 	// GraceMargin is added to Hold for the pod's terminationGracePeriodSeconds.
 	GraceMargin time.Duration
 	// SettleTimeout bounds each wait for steady state.

@@ -17,6 +17,11 @@ func (r *runner) deletions(ctx context.Context, sink Sink) error {
 		if err := r.pause(ctx, pauses[i-1]); err != nil {
 			return err
 		}
+		if cfg.BeforeDelete != nil {
+			if err := cfg.BeforeDelete(ctx, r.ns); err != nil {
+				return fmt.Errorf("before trial %d: %w", i, err)
+			}
+		}
 		rec, err := r.trial(ctx, i)
 		if err := r.write(sink, rec); err != nil {
 			return err
