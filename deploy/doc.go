@@ -1,13 +1,16 @@
 // Package deploy holds the probe workload's manifests — a kustomize base
-// (Namespace, Deployment, Service, Ingress) and one overlay per ingress
-// controller — embedded in the binary, and renders them for one run: Render
-// builds base + overlay with kustomize in memory, decodes the result into
-// typed objects and sets the run's values (namespace, names, replicas, image,
-// class, host, hold, grace, preStop, probe flags) on their fields. The shape
+// (Namespace, Deployment, Service, Ingress), one overlay per ingress
+// controller, and deploy/httproute (the base with a Gateway API HTTPRoute
+// instead of the Ingress, for --route httproute) — embedded in the binary,
+// and renders them for one run: Render builds base + overlay with kustomize
+// in memory, decodes the result into typed objects (the HTTPRoute, which has
+// no Go types here, into an unstructured one) and sets the run's values
+// (namespace, names, replicas, image, class or Gateway, host, hold, grace,
+// preStop, probe flags) on their fields. The shape
 // of every object (security context, probes, hook, annotations) lives only in
 // the YAML; nothing is built from strings.
 //
-// It also states the permissions `epwindow measure` needs (RequiredPermissions,
+// It also states the permissions `epwindow measure` needs (PermissionsFor,
 // the same rules as deploy/rbac/) and checks them with
 // SelfSubjectAccessReviews before anything is created (MissingPermissions).
 //

@@ -15,14 +15,20 @@ import (
 // files are the manifests as committed under deploy/: the same files that
 // `kustomize build deploy/overlays/<controller>` reads.
 //
-//go:embed base overlays rbac
+//go:embed base overlays rbac httproute
 var files embed.FS
 
-// Files returns the embedded manifests: base/, overlays/<name>/ and rbac/.
+// Files returns the embedded manifests: base/, overlays/<name>/,
+// httproute/ and rbac/.
 func Files() fs.FS { return files }
 
 // BaseOverlay names the base itself, used when no overlay fits the class.
 const BaseOverlay = "base"
+
+// HTTPRouteOverlay is the kustomization of --route httproute: the base with
+// an HTTPRoute instead of the Ingress. Not one of Overlays(), which are
+// picked by ingress class.
+const HTTPRouteOverlay = "httproute"
 
 // Overlays lists the embedded overlays (ingress controllers), sorted.
 func Overlays() []string {

@@ -19,7 +19,8 @@ const (
 	// ScopeRun is a namespaced resource in the run's namespace.
 	ScopeRun Scope = "run"
 	// ScopeFixed is a namespaced resource in Perm.Namespace (an ingress
-	// controller's namespace, for an observer).
+	// controller's namespace, for an observer; the Gateway's, for
+	// --route httproute).
 	ScopeFixed Scope = "fixed"
 )
 
@@ -64,11 +65,21 @@ func perms(scope Scope, group, resource, sub, why string, verbs ...string) []Per
 	return out
 }
 
-// RequiredPermissions lists what `epwindow measure` needs, verb by verb.
-// With createNamespace it creates and deletes its own namespace (rules in
-// deploy/rbac/cluster); without, it runs in an existing one
-// (deploy/rbac/namespaced).
+// RequiredPermissions lists what `epwindow measure` needs through an
+// Ingress (the default --route), verb by verb: PermissionsFor(createNamespace,
+// RouteIngress, GatewayRef{}).
 func RequiredPermissions(createNamespace bool) []Perm {
+	return PermissionsFor(createNamespace, RouteIngress, GatewayRef{})
+}
+
+// PermissionsFor lists what `epwindow measure` needs with route, verb by
+// verb. With createNamespace it creates and deletes its own namespace (rules
+// in deploy/rbac/cluster); without, it runs in an existing one
+// (deploy/rbac/namespaced). The RBAC variants grant what both routes need;
+// a run is checked only for its own, so an HTTPRoute run does not ask for
+// Ingress rights, nor an Ingress run for Gateway API ones. gw is the
+// Gateway an HTTPRoute attaches to: reading it is checked in its namespace.
+func PermissionsFor(createNamespace bool, route string, gw GatewayRef) []Perm {
 	var out []Perm
 	if createNamespace {
 		out = append(out, perms(ScopeCluster, "", "namespaces", "", "the run's own namespace: created, deleted at exit, read while it goes", "create", "get", "delete")...)
@@ -79,16 +90,32 @@ func RequiredPermissions(createNamespace bool) []Perm {
 	if !createNamespace {
 		cleanup = append(cleanup, "delete")
 	}
-	for _, g := range [][]Perm{
+	groups := [][]Perm{
 		perms(ScopeRun, "apps", "deployments", "", "the probe Deployment: created, read, restarted (--mode rollout), deleted first at exit", "create", "get", "patch", "delete"),
 		perms(ScopeRun, "", "services", "", "the probe Service", append([]string{"create"}, cleanup...)...),
-		perms(ScopeRun, "networking.k8s.io", "ingresses", "", "the probe Ingress: created, read by --observer auto", append([]string{"create", "get"}, cleanup...)...),
+	}
+	if route == RouteHTTPRoute {
+		gateway := perms(ScopeFixed, GatewayGroup, "gateways", "", "--gateway is read before anything is created: its class, and whether a controller accepted it", "get")
+		for i := range gateway {
+			gateway[i].Namespace = gw.Namespace
+		}
+		groups = append(groups,
+			perms(ScopeRun, GatewayGroup, "httproutes", "", "the probe HTTPRoute: created, read until its Gateway's controller accepts it", append([]string{"create", "get"}, cleanup...)...),
+			gateway,
+			perms(ScopeCluster, GatewayGroup, "gatewayclasses", "", "the Gateway's class names the controller whose answer the run waits for", "get"))
+	} else {
+		groups = append(groups,
+			perms(ScopeRun, "networking.k8s.io", "ingresses", "", "the probe Ingress: created, read by --observer auto", append([]string{"create", "get"}, cleanup...)...))
+	}
+	groups = append(groups,
 		perms(ScopeRun, "", "pods", "", "the probe pods: watched, one deleted per trial", "get", "list", "watch", "delete"),
 		perms(ScopeRun, "", "pods", "proxy", "the probe's /timeline, /clock (GET) and /release (POST) through the pod proxy", "get", "create"),
-		perms(ScopeRun, "discovery.k8s.io", "endpointslices", "", "the Service's EndpointSlices, watched", "list", "watch"),
-		perms(ScopeCluster, "networking.k8s.io", "ingressclasses", "", "--ingress-class is checked before anything is created", "get", "list"),
-		perms(ScopeCluster, "authorization.k8s.io", "selfsubjectaccessreviews", "", "this permission check", "create"),
-	} {
+		perms(ScopeRun, "discovery.k8s.io", "endpointslices", "", "the Service's EndpointSlices, watched", "list", "watch"))
+	if route != RouteHTTPRoute {
+		groups = append(groups, perms(ScopeCluster, "networking.k8s.io", "ingressclasses", "", "--ingress-class is checked before anything is created", "get", "list"))
+	}
+	groups = append(groups, perms(ScopeCluster, "authorization.k8s.io", "selfsubjectaccessreviews", "", "this permission check", "create"))
+	for _, g := range groups {
 		out = append(out, g...)
 	}
 	return out

@@ -158,13 +158,20 @@ func roleRules(t *testing.T, file string) map[rule]bool {
 // TestRBACMatchesGo holds deploy/rbac/ and the Go lists together: every
 // permission measure checks is granted, and nothing more is.
 func TestRBACMatchesGo(t *testing.T) {
+	// A variant grants what a run needs through either route.
+	both := func(createNamespace bool) []Perm {
+		return append(PermissionsFor(createNamespace, RouteIngress, GatewayRef{}),
+			PermissionsFor(createNamespace, RouteHTTPRoute, GatewayRef{Namespace: "gw", Name: "traefik"})...)
+	}
 	tests := []struct {
 		file string
 		want map[rule]bool
 	}{
-		{"rbac/cluster/clusterrole.yaml", permRules(RequiredPermissions(true), ScopeCluster, ScopeRun)},
-		{"rbac/namespaced/role.yaml", permRules(RequiredPermissions(false), ScopeRun)},
-		{"rbac/namespaced/clusterrole.yaml", permRules(RequiredPermissions(false), ScopeCluster)},
+		// The Gateway is read in its own namespace (ScopeFixed): the
+		// ClusterRoles grant that, a Role in the run's namespace cannot.
+		{"rbac/cluster/clusterrole.yaml", permRules(both(true), ScopeCluster, ScopeRun, ScopeFixed)},
+		{"rbac/namespaced/role.yaml", permRules(both(false), ScopeRun)},
+		{"rbac/namespaced/clusterrole.yaml", permRules(both(false), ScopeCluster, ScopeFixed)},
 		{"rbac/observer/role.yaml", permRules(ObserverPermissions("x"), ScopeFixed)},
 	}
 	for _, tt := range tests {
@@ -183,7 +190,7 @@ func TestRBACMatchesGo(t *testing.T) {
 		})
 	}
 	// The namespaced variant never touches namespaces.
-	for _, p := range RequiredPermissions(false) {
+	for _, p := range both(false) {
 		if p.Resource == "namespaces" {
 			t.Errorf("RequiredPermissions(false) has %s", p)
 		}
@@ -209,5 +216,75 @@ func TestMissingErrorNamespaced(t *testing.T) {
 	}
 	if strings.Contains(msg, "namespaces") {
 		t.Errorf("error %q asks for namespace permissions the namespaced variant does not need", msg)
+	}
+}
+
+// An HTTPRoute run is checked for the HTTPRoute and the Gateway API reads,
+// the Gateway in its own namespace, and not for the Ingress it does not
+// create; an Ingress run the other way round.
+func TestPermissionsForRoute(t *testing.T) {
+	gw := GatewayRef{Namespace: "gw", Name: "traefik"}
+	has := func(ps []Perm, s string) bool {
+		for _, p := range ps {
+			if p.String() == s {
+				return true
+			}
+		}
+		return false
+	}
+	tests := []struct {
+		name            string
+		createNamespace bool
+		route           string
+		want, not       []string
+	}{
+		{"httproute, own namespace", true, RouteHTTPRoute,
+			[]string{"create httproutes.gateway.networking.k8s.io (in the run's namespace)", "get httproutes.gateway.networking.k8s.io (in the run's namespace)",
+				"get gateways.gateway.networking.k8s.io -n gw", "get gatewayclasses.gateway.networking.k8s.io"},
+			[]string{"create ingresses.networking.k8s.io (in the run's namespace)", "list ingressclasses.networking.k8s.io",
+				"delete httproutes.gateway.networking.k8s.io (in the run's namespace)"}},
+		{"httproute, existing namespace", false, RouteHTTPRoute,
+			[]string{"delete httproutes.gateway.networking.k8s.io (in the run's namespace)", "get gateways.gateway.networking.k8s.io -n gw"},
+			[]string{"delete ingresses.networking.k8s.io (in the run's namespace)"}},
+		{"ingress", true, RouteIngress,
+			[]string{"create ingresses.networking.k8s.io (in the run's namespace)", "list ingressclasses.networking.k8s.io"},
+			[]string{"create httproutes.gateway.networking.k8s.io (in the run's namespace)", "get gateways.gateway.networking.k8s.io -n gw",
+				"get gatewayclasses.gateway.networking.k8s.io"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ps := PermissionsFor(tt.createNamespace, tt.route, gw)
+			for _, s := range tt.want {
+				if !has(ps, s) {
+					t.Errorf("missing %q", s)
+				}
+			}
+			for _, s := range tt.not {
+				if has(ps, s) {
+					t.Errorf("has %q, which this run does not need", s)
+				}
+			}
+		})
+	}
+	// The preflight asks for the Gateway in its namespace.
+	cs, seen := fakeAuthz(func(authorizationv1.ResourceAttributes) bool { return true })
+	if _, err := Check(context.Background(), cs.AuthorizationV1(), "epwindow-x7k2q", PermissionsFor(true, RouteHTTPRoute, gw)); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range *seen {
+		switch a.Resource {
+		case "gateways":
+			if a.Namespace != "gw" || a.Group != GatewayGroup {
+				t.Errorf("gateways checked in %q (group %q), want the Gateway's namespace gw", a.Namespace, a.Group)
+			}
+		case "gatewayclasses":
+			if a.Namespace != "" {
+				t.Errorf("cluster-scoped gatewayclasses checked in namespace %q", a.Namespace)
+			}
+		case "httproutes":
+			if a.Namespace != "epwindow-x7k2q" {
+				t.Errorf("httproutes checked in %q, want the run's namespace", a.Namespace)
+			}
+		}
 	}
 }

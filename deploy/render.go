@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
@@ -102,8 +103,13 @@ type Params struct {
 	// before it listens when ListenDelay is set.
 	NoReadiness bool
 	// Overlay is the overlay to build (Overlays() or BaseOverlay); "" picks
-	// the overlay named like IngressClass, else the base.
+	// the overlay named like IngressClass, else the base. Ingress only.
 	Overlay string
+	// Route is RouteIngress ("" too) or RouteHTTPRoute: the latter builds
+	// deploy/httproute, whose HTTPRoute replaces the Ingress and attaches
+	// to Gateway.
+	Route   string
+	Gateway GatewayRef
 	// RunID, when set, is the LabelRunID value on every object and pod, and
 	// part of the pods' selector.
 	RunID string
@@ -113,11 +119,15 @@ type Params struct {
 }
 
 // Workload is the rendered probe workload of one run, in apply order.
+// Exactly one of Ingress and HTTPRoute is set, by Params.Route.
 type Workload struct {
 	Namespace  *corev1.Namespace
 	Deployment *appsv1.Deployment
 	Service    *corev1.Service
 	Ingress    *networkingv1.Ingress
+	// HTTPRoute is unstructured: the Gateway API's Go types are not a
+	// dependency, and the dynamic client creates it as it is.
+	HTTPRoute *unstructured.Unstructured
 }
 
 // Validate checks the parameters; messages name the flag to change.
@@ -148,6 +158,9 @@ func (p Params) Validate() error {
 		if errs := validation.IsDNS1123Subdomain(p.IngressClass); len(errs) > 0 {
 			return fmt.Errorf("--ingress-class %q: %s", p.IngressClass, strings.Join(errs, "; "))
 		}
+	}
+	if err := ValidateRoute(p.Route, p.Gateway, p.IngressClass, p.Overlay); err != nil {
+		return err
 	}
 	if p.Hold <= 0 {
 		return fmt.Errorf("--hold (%s) must be positive", p.Hold)
@@ -202,8 +215,12 @@ func (p Params) Validate() error {
 }
 
 // OverlayFor returns the overlay Render builds: p.Overlay if set, else the
-// overlay named like the ingress class, else the base.
+// overlay named like the ingress class, else the base; with an HTTPRoute,
+// HTTPRouteOverlay.
 func (p Params) OverlayFor() string {
+	if p.Route == RouteHTTPRoute {
+		return HTTPRouteOverlay
+	}
 	if p.Overlay != "" {
 		return p.Overlay
 	}
@@ -244,9 +261,12 @@ func Render(p Params) (*Workload, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	dir, err := overlayDir(p.OverlayFor())
-	if err != nil {
-		return nil, err
+	dir := HTTPRouteOverlay
+	if p.Route != RouteHTTPRoute {
+		var err error
+		if dir, err = overlayDir(p.OverlayFor()); err != nil {
+			return nil, err
+		}
 	}
 	m, err := kustomize(dir)
 	if err != nil {
@@ -272,16 +292,29 @@ func Render(p Params) (*Workload, error) {
 		case "Ingress":
 			wl.Ingress = &networkingv1.Ingress{}
 			target = wl.Ingress
+		case "HTTPRoute":
+			// No typed API to decode strictly into: applyHTTPRoute checks
+			// the fields it sets. Through JSON, so that numbers are the
+			// int64 the dynamic client's codec expects.
+			js, err := yaml.YAMLToJSON(data)
+			if err != nil {
+				return nil, fmt.Errorf("deploy/%s: decode %s: %w", dir, r.CurId(), err)
+			}
+			wl.HTTPRoute = &unstructured.Unstructured{}
+			if err := wl.HTTPRoute.UnmarshalJSON(js); err != nil {
+				return nil, fmt.Errorf("deploy/%s: decode %s: %w", dir, r.CurId(), err)
+			}
+			continue
 		default:
-			return nil, fmt.Errorf("deploy/%s: unexpected %s %q: the probe workload is a Namespace, a Deployment, a Service and an Ingress", dir, kind, r.GetName())
+			return nil, fmt.Errorf("deploy/%s: unexpected %s %q: the probe workload is a Namespace, a Deployment, a Service and an Ingress or HTTPRoute", dir, kind, r.GetName())
 		}
 		// Strict: a field the typed API does not know is a typo in the YAML.
 		if err := yaml.UnmarshalStrict(data, target); err != nil {
 			return nil, fmt.Errorf("deploy/%s: decode %s: %w", dir, r.CurId(), err)
 		}
 	}
-	if wl.Namespace == nil || wl.Deployment == nil || wl.Service == nil || wl.Ingress == nil {
-		return nil, fmt.Errorf("deploy/%s: want a Namespace, a Deployment, a Service and an Ingress", dir)
+	if wl.Namespace == nil || wl.Deployment == nil || wl.Service == nil || (wl.Ingress == nil) == (wl.HTTPRoute == nil) {
+		return nil, fmt.Errorf("deploy/%s: want a Namespace, a Deployment, a Service and either an Ingress or an HTTPRoute", dir)
 	}
 	if err := p.apply(wl); err != nil {
 		return nil, fmt.Errorf("deploy/%s: %w", dir, err)
@@ -295,7 +328,11 @@ func (p Params) apply(wl *Workload) error {
 	// Names and labels.
 	wl.Namespace.Name = p.Namespace
 	p.label(wl.Namespace.Labels, false)
-	for _, m := range []*metav1.ObjectMeta{&wl.Deployment.ObjectMeta, &wl.Service.ObjectMeta, &wl.Ingress.ObjectMeta} {
+	metas := []*metav1.ObjectMeta{&wl.Deployment.ObjectMeta, &wl.Service.ObjectMeta}
+	if wl.Ingress != nil {
+		metas = append(metas, &wl.Ingress.ObjectMeta)
+	}
+	for _, m := range metas {
 		m.Name = p.Name
 		m.Namespace = p.Namespace
 		if m.Labels == nil {
@@ -351,10 +388,13 @@ func (p Params) apply(wl *Workload) error {
 		h.Path = PreStopPath(p.PreStopSleep)
 	}
 
-	// Service and Ingress.
+	// Service and Ingress or HTTPRoute.
 	for i := range wl.Service.Spec.Ports {
 		wl.Service.Spec.Ports[i].Port = port
 		wl.Service.Spec.Ports[i].TargetPort = intstr.FromInt32(port)
+	}
+	if wl.HTTPRoute != nil {
+		return p.applyHTTPRoute(wl.HTTPRoute)
 	}
 	ing := wl.Ingress
 	if p.IngressClass != "" {

@@ -325,6 +325,14 @@ func TestValidate(t *testing.T) {
 		{"bad label", func(p *Params) { p.Labels = map[string]string{"a b": "c"} }, "--label"},
 		{"reserved label", func(p *Params) { p.Labels = map[string]string{LabelManagedBy: "me"} }, "set by epwindow"},
 		{"bad run id", func(p *Params) { p.RunID = "run id" }, "run id"},
+		{"unknown route", func(p *Params) { p.Route = "grpcroute" }, `--route "grpcroute": want ingress or httproute`},
+		{"httproute", func(p *Params) { *p = httpRouteParams() }, ""},
+		{"httproute without gateway", func(p *Params) { *p = httpRouteParams(); p.Gateway = GatewayRef{} }, "--gateway NAMESPACE/NAME is required with --route httproute"},
+		{"httproute with class", func(p *Params) { *p = httpRouteParams(); p.IngressClass = "nginx" }, "--ingress-class nginx applies to --route ingress only"},
+		{"httproute with overlay", func(p *Params) { *p = httpRouteParams(); p.Overlay = "alb" }, "--overlay alb applies to --route ingress only"},
+		{"httproute with bad section", func(p *Params) { *p = httpRouteParams(); p.Gateway.Section = "Web_1" }, "--gateway-section"},
+		{"gateway with ingress", func(p *Params) { p.Gateway = GatewayRef{Namespace: "gw", Name: "traefik"} }, "--gateway gw/traefik applies to --route httproute only"},
+		{"section with ingress", func(p *Params) { p.Gateway = GatewayRef{Section: "web"} }, "--gateway-section web applies to --route httproute only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -431,8 +439,12 @@ func TestBaseDefaults(t *testing.T) {
 // TestKustomizeOnDisk: `kustomize build deploy/overlays/<name>` (what a
 // GitOps user applies) puts every object in the namespace it creates.
 func TestKustomizeOnDisk(t *testing.T) {
+	dirs := []string{HTTPRouteOverlay}
 	for _, o := range Overlays() {
-		m, err := kustomize("overlays/" + o)
+		dirs = append(dirs, "overlays/"+o)
+	}
+	for _, o := range dirs {
+		m, err := kustomize(o)
 		if err != nil {
 			t.Fatal(err)
 		}

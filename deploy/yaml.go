@@ -24,6 +24,9 @@ func (wl *Workload) Objects() []any {
 	if wl.Ingress != nil {
 		out = append(out, wl.Ingress)
 	}
+	if wl.HTTPRoute != nil {
+		out = append(out, wl.HTTPRoute)
+	}
 	return out
 }
 

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
+	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure/load"
 	"github.com/epwindow/epwindow/measure/upstream"
 )
@@ -65,6 +67,11 @@ const (
 	// runners: how many, and each one's requests per second.
 	FlagInClusterLoad = "in-cluster-load"
 	FlagInClusterRate = "in-cluster-rate"
+	// FlagRoute picks an Ingress or an HTTPRoute; FlagGateway and
+	// FlagGatewaySection name the HTTPRoute's parent.
+	FlagRoute          = deploy.FlagRoute
+	FlagGateway        = deploy.FlagGateway
+	FlagGatewaySection = deploy.FlagGatewaySection
 )
 
 // Config is one measurement run, typed and validated.
@@ -73,13 +80,25 @@ type Config struct {
 	// (port-forwarding observers need it).
 	Client     kubernetes.Interface
 	RESTConfig *rest.Config
+	// Dynamic reads and writes the Gateway API objects of Route
+	// RouteHTTPRoute, which have no typed client here; nil means one built
+	// from RESTConfig.
+	Dynamic dynamic.Interface
 
 	Trials   int
 	Replicas int32
 	Mode     Mode
 
+	// Route is RouteIngress ("" too) or RouteHTTPRoute: whether the run
+	// creates an Ingress of IngressClass or an HTTPRoute attached to
+	// Gateway. An HTTPRoute run checks the Gateway before creating anything
+	// (CheckGateway), and waits before its first trial until the Gateway's
+	// controller has accepted the route and resolved its backend.
+	Route   string
+	Gateway GatewayRef
 	// IngressClass is the class of the Ingress created for the probe ("" for
-	// the cluster's default class); Host its rule's host.
+	// the cluster's default class); Host its rule's host, or the HTTPRoute's
+	// hostname.
 	IngressClass string
 	Host         string
 	// URL is the ingress as reachable from where the tool runs; load goes there.
@@ -241,6 +260,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Image == "" {
 		add("--%s must name the probe image", FlagImage)
+	}
+	if err := deploy.ValidateRoute(c.Route, c.Gateway, c.IngressClass, c.Overlay); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Namespace != "" {
 		if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {

@@ -38,6 +38,13 @@ func TestConfigValidate(t *testing.T) {
 		{"sleep without prestop", func(c *Config) { c.PreStop = false; c.PreStopSleep = time.Second }, "--prestop-sleep needs --prestop"},
 		{"sleep longer than hold", func(c *Config) { c.PreStopSleep = time.Minute }, "--prestop-sleep (1m0s) must be shorter than --hold (1m0s)"},
 		{"no image", func(c *Config) { c.Image = "" }, "--image must name the probe image"},
+		{"httproute", func(c *Config) { c.Route, c.Gateway = RouteHTTPRoute, GatewayRef{Namespace: "gw", Name: "traefik"} }, ""},
+		{"unknown route", func(c *Config) { c.Route = "tcproute" }, `--route "tcproute"`},
+		{"httproute without gateway", func(c *Config) { c.Route = RouteHTTPRoute }, "--gateway NAMESPACE/NAME is required with --route httproute"},
+		{"httproute with ingress class", func(c *Config) {
+			c.Route, c.Gateway, c.IngressClass = RouteHTTPRoute, GatewayRef{Namespace: "gw", Name: "traefik"}, "nginx"
+		}, "--ingress-class nginx applies to --route ingress only"},
+		{"gateway with ingress", func(c *Config) { c.Gateway = GatewayRef{Namespace: "gw", Name: "traefik"} }, "--gateway gw/traefik applies to --route httproute only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure/load"
@@ -64,6 +65,10 @@ type runner struct {
 	params    deploy.Params
 	runnerDep *appsv1.Deployment
 	runners   runnerAPI
+	// dynamic creates, reads and deletes the HTTPRoute; gateway is its
+	// Gateway as CheckGateway found it (zero with an Ingress).
+	dynamic dynamic.Interface
+	gateway Gateway
 
 	pmu  sync.Mutex // rollout trials report concurrently
 	last Progress
@@ -107,7 +112,7 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 	r.params = deploy.Params{
 		Namespace: r.ns, Name: name, Replicas: cfg.Replicas, Image: cfg.Image,
 		IngressClass: cfg.IngressClass, Host: cfg.Host, Hold: cfg.Hold, GraceMargin: cfg.GraceMargin,
-		Overlay: cfg.Overlay, Labels: cfg.Labels,
+		Overlay: cfg.Overlay, Labels: cfg.Labels, Route: cfg.Route, Gateway: cfg.Gateway,
 		PreStop: cfg.PreStop, PreStopSleep: cfg.PreStopSleep, ExitOnSigterm: cfg.ExitOnSigterm,
 		ClockOffset: cfg.ProbeClockOffset, RunID: r.runID,
 		ListenDelay: cfg.ProbeListenDelay, NoReadiness: cfg.NoReadiness,
@@ -118,12 +123,33 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 	}
 	r.wl = wl
 
+	// The Gateway is read before anything is created: a missing one, or
+	// one no controller accepted, fails with nothing to undo.
+	obsOpts := cfg.ObserverOptions
+	target := upstream.Target{Namespace: r.ns, Service: wl.Service.Name, Port: wl.Service.Spec.Ports[0].Port, Host: cfg.Host}
+	if wl.HTTPRoute != nil {
+		if r.dynamic = cfg.Dynamic; r.dynamic == nil {
+			if cfg.RESTConfig == nil {
+				return errors.New("no cluster configuration for the Gateway API's dynamic client: check --kubeconfig / --context")
+			}
+			if r.dynamic, err = dynamic.NewForConfig(cfg.RESTConfig); err != nil {
+				return fmt.Errorf("build the dynamic client for --%s %s: %w", FlagRoute, RouteHTTPRoute, err)
+			}
+		}
+		if r.gateway, err = CheckGateway(ctx, cfg.Client.Discovery(), r.dynamic, cfg.Gateway); err != nil {
+			return err
+		}
+		r.report(Progress{Phase: "setup", Message: r.gateway.String() + " accepted"})
+		// Auto picks the observer by the Gateway's controller.
+		obsOpts.GatewayClass, obsOpts.GatewayController = r.gateway.Class, r.gateway.Controller
+	} else {
+		target.Ingress = wl.Ingress.Name
+	}
+
 	// The observer is built before anything is created, so a wrong
 	// --observer or an unreachable controller fails with nothing to undo.
-	target := upstream.Target{Namespace: r.ns, Service: wl.Service.Name, Port: wl.Service.Spec.Ports[0].Port,
-		Ingress: wl.Ingress.Name, Host: cfg.Host}
 	r.obs, r.choice, err = upstream.New(ctx, cfg.Observer, upstream.Deps{Client: cfg.Client, Config: cfg.RESTConfig, Clock: cfg.Clock},
-		target, cfg.ObserverOptions)
+		target, obsOpts)
 	if err != nil {
 		return fmt.Errorf("--%s %s: %w", FlagObserver, cfg.Observer, err)
 	}
@@ -214,6 +240,11 @@ func (r *runner) podSelector() labels.Selector {
 // state and runs the trials.
 func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serverVersion string) error {
 	cfg := r.cfg
+	// Load through a Gateway that has not programmed the route only
+	// fails; the controller's refusal says why at once.
+	if err := r.waitRoute(ctx); err != nil {
+		return err
+	}
 	r.heartbeat = newHeartbeat(cfg.Client, cfg.Clock)
 	g.Go(func() error { return r.heartbeat.run(ctx) })
 	r.watch = newWatcher(cfg.Client, cfg.Clock, r.ns, r.podSelector(), r.wl.Service.Name)
@@ -243,6 +274,11 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		Mode:    string(cfg.Mode), Namespace: r.ns, Replicas: int(cfg.Replicas), Rate: cfg.Rate, Keepalive: cfg.KeepAlive,
 		DrainNS: int64(cfg.Drain), DeregistrationDelayNS: int64(cfg.DeregistrationDelay), Flags: cfg.Flags, HoldNS: int64(cfg.PreStopSleep + cfg.Hold),
 		InClusterLoad: cfg.InClusterLoad, InClusterRate: cfg.InClusterRate,
+		Route: results.Route{Kind: results.RouteKindIngress},
+	}
+	if r.wl.HTTPRoute != nil {
+		h.Route = results.Route{Kind: results.RouteKindHTTPRoute, Gateway: r.gateway.Ref.String(),
+			GatewayClass: r.gateway.Class, Controller: r.gateway.Controller}
 	}
 	if v, ok := obs.(upstream.Versioner); ok {
 		h.Ingress.Version = v.Version(ctx)

@@ -22,13 +22,20 @@ import (
 )
 
 // FlagError is bad input found only once the cluster was asked (too many
-// runners for its nodes): the CLI exits 2 for it, naming Flag.
+// runners for its nodes, a Gateway that does not exist): the CLI exits 2
+// for it, naming Flag and, when set, the Value given.
 type FlagError struct {
-	Flag string
-	Err  error
+	Flag  string
+	Value string
+	Err   error
 }
 
-func (e *FlagError) Error() string { return fmt.Sprintf("--%s: %v", e.Flag, e.Err) }
+func (e *FlagError) Error() string {
+	if e.Value != "" {
+		return fmt.Sprintf("--%s %s: %v", e.Flag, e.Value, e.Err)
+	}
+	return fmt.Sprintf("--%s: %v", e.Flag, e.Err)
+}
 func (e *FlagError) Unwrap() error { return e.Err }
 
 // schedulable reports whether a pod without tolerations can be scheduled on

@@ -43,14 +43,16 @@ const createTimeout = 30 * time.Second
 // its own namespace the namespace goes with everything in it): UIDs once
 // the API server confirmed the create; names are r.wl's.
 type created struct {
-	service, deployment, ingress types.UID
+	// ingress or httproute, by the run's route.
+	service, deployment, ingress, httproute types.UID
 	// runners is the in-cluster runners' Deployment.
 	runners types.UID
 }
 
 // create makes the namespace (unless the run uses an existing one), the
-// Service, the Deployment and the Ingress. Everything carries the run id;
-// nothing is created outside r.ns.
+// Service, the Deployment and the Ingress or HTTPRoute. Everything carries
+// the run id; nothing is created outside r.ns (the HTTPRoute only refers to
+// its Gateway elsewhere).
 func (r *runner) create(ctx context.Context) (err error) {
 	c := r.cfg.Client
 	call := func(what string, f func(context.Context) (types.UID, error)) (types.UID, error) {
@@ -90,9 +92,16 @@ func (r *runner) create(ctx context.Context) (err error) {
 	}); err != nil {
 		return err
 	}
-	if r.made.ingress, err = call("ingress "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
-		return uidOf(c.NetworkingV1().Ingresses(r.ns).Create(ctx, r.wl.Ingress, metav1.CreateOptions{}))
-	}); err != nil || r.cfg.InClusterLoad == 0 {
+	if r.wl.HTTPRoute != nil {
+		r.made.httproute, err = call("httproute "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
+			return uidOf(r.dynamic.Resource(deploy.HTTPRouteResource).Namespace(r.ns).Create(ctx, r.wl.HTTPRoute, metav1.CreateOptions{}))
+		})
+	} else {
+		r.made.ingress, err = call("ingress "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
+			return uidOf(c.NetworkingV1().Ingresses(r.ns).Create(ctx, r.wl.Ingress, metav1.CreateOptions{}))
+		})
+	}
+	if err != nil || r.cfg.InClusterLoad == 0 {
 		return err
 	}
 	// The runners target the ClusterIP the Service got when it was created.
@@ -114,6 +123,15 @@ func uidOf[T interface{ GetUID() types.UID }](o T, err error) (types.UID, error)
 	return o.GetUID(), nil
 }
 
+// routeKind names the run's route object as kubectl does: "ingress" or
+// "httproute".
+func (r *runner) routeKind() string {
+	if r.wl.HTTPRoute != nil {
+		return "httproute"
+	}
+	return "ingress"
+}
+
 // ownNamespace reports whether the run created r.ns (and deletes it).
 func (r *runner) ownNamespace() bool { return r.cfg.Namespace == "" }
 
@@ -128,11 +146,11 @@ const cleanupTimeout = 2 * time.Minute
 // released and deleted with a short grace first, so nothing waits out the
 // long measuring grace period. In its own namespace it deletes the namespace;
 // in an existing one (--namespace) exactly its Deployment, Service and
-// Ingress, each by name and, when known, UID.
+// Ingress or HTTPRoute, each by name and, when known, UID.
 func (r *runner) cleanup() error {
 	what := "namespace " + r.ns
 	if !r.ownNamespace() {
-		what = fmt.Sprintf("deployment, service and ingress %s in namespace %s", r.wl.Deployment.Name, r.ns)
+		what = fmt.Sprintf("deployment, service and %s %s in namespace %s", r.routeKind(), r.wl.Deployment.Name, r.ns)
 		if r.runnerDep != nil {
 			what += " and the runners' deployment " + r.runnerDep.Name
 		}
@@ -183,8 +201,8 @@ func (r *runner) deleteNamespace(ctx context.Context) error {
 	}
 }
 
-// deleteObjects removes the run's Deployment, Service and Ingress from an
-// existing namespace and waits for its pods to go. The names carry the run
+// deleteObjects removes the run's Deployment, Service and Ingress or
+// HTTPRoute from an existing namespace and waits for its pods to go. The names carry the run
 // id (epwindow-<id>), so no one else's object has them; the UID
 // precondition, when the create's answer gave one, makes that certain.
 func (r *runner) deleteObjects(ctx context.Context) error {
@@ -210,7 +228,11 @@ func (r *runner) deleteObjects(ctx context.Context) error {
 	if _, err := r.deleteRunners(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	gone("ingress", c.NetworkingV1().Ingresses(r.ns).Delete(ctx, name, opts(r.made.ingress)))
+	if r.wl.HTTPRoute != nil {
+		gone("httproute", r.dynamic.Resource(deploy.HTTPRouteResource).Namespace(r.ns).Delete(ctx, name, opts(r.made.httproute)))
+	} else {
+		gone("ingress", c.NetworkingV1().Ingresses(r.ns).Delete(ctx, name, opts(r.made.ingress)))
+	}
 	gone("service", c.CoreV1().Services(r.ns).Delete(ctx, name, opts(r.made.service)))
 	// Pods the ReplicaSet creates before the garbage collector removes it
 	// are released on a later pass.

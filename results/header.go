@@ -16,6 +16,10 @@ type Header struct {
 	// Cluster names the cluster as the user knows it (kubeconfig context).
 	Cluster string  `json:"cluster,omitempty"`
 	Ingress Ingress `json:"ingress"`
+	// Route is what carried the load to the probe Service: an Ingress, or
+	// an HTTPRoute on a Gateway (additive within schema 2; absent in older
+	// files, which were all through an Ingress).
+	Route Route `json:"route,omitzero"`
 	// Observers are the upstream observers of the run; their Resolution
 	// bounds the recommendation's margin from below.
 	Observers []Observer `json:"observers,omitempty"`
@@ -57,6 +61,25 @@ type Ingress struct {
 	// Settings are the controller settings that shape the window, as far
 	// as visible (e.g. "source-poll-timeout": "3000").
 	Settings map[string]string `json:"settings,omitempty"`
+}
+
+// Route kinds of Route.Kind, as the API names them.
+const (
+	RouteKindIngress   = "Ingress"
+	RouteKindHTTPRoute = "HTTPRoute"
+)
+
+// Route is the object that routed the load to the probe Service.
+type Route struct {
+	// Kind is RouteKindIngress or RouteKindHTTPRoute.
+	Kind string `json:"kind,omitempty"`
+	// Gateway is the HTTPRoute's parent, NAMESPACE/NAME or
+	// NAMESPACE/NAME/SECTION; GatewayClass its class and Controller that
+	// class's controllerName, the implementation whose propagation was
+	// measured. Empty with an Ingress (Header.Ingress says its class).
+	Gateway      string `json:"gateway,omitempty"`
+	GatewayClass string `json:"gateway_class,omitempty"`
+	Controller   string `json:"controller,omitempty"`
 }
 
 // Observer describes one upstream observer of the run.

@@ -21,6 +21,11 @@ import (
 // ClusterIP path (the probe's last_accept is per peer, runners included).
 // A runner's faults are notes on its Runner entry, never reason codes: an
 // older reader would take an unknown code as invalidating every stage.
+//
+// Header.Route (measure --route httproute: the Gateway, its class and
+// controller) is additive within version 2 too: readers decode with
+// encoding/json, which skips fields it does not know, and a file without it
+// was measured through an Ingress.
 const SchemaVersion = 2
 
 // Kind tells the records of a results file apart: one header, one record per

@@ -51,7 +51,21 @@ func runLine(h *Header) []string {
 	if h.ServerVersion != "" {
 		parts = append(parts, "Kubernetes "+h.ServerVersion)
 	}
-	if in := h.Ingress; in.Controller != "" || in.Class != "" {
+	if r := h.Route; r.Kind == RouteKindHTTPRoute {
+		// The Gateway's controller, not an IngressClass's, routed the load.
+		s := "HTTPRoute on Gateway " + r.Gateway
+		var class []string
+		if r.GatewayClass != "" {
+			class = append(class, "class "+r.GatewayClass)
+		}
+		if c := strings.TrimSpace(r.Controller + " " + h.Ingress.Version); c != "" {
+			class = append(class, "controller "+c)
+		}
+		if len(class) > 0 {
+			s += " (" + strings.Join(class, ", ") + ")"
+		}
+		parts = append(parts, s)
+	} else if in := h.Ingress; in.Controller != "" || in.Class != "" {
 		// An explicit --observer skips reading the IngressClass: no
 		// controller name, only the class.
 		s := strings.TrimSpace("ingress " + strings.TrimSpace(in.Controller+" "+in.Version))
@@ -309,7 +323,10 @@ func NewMarkdownReporter(s *Summary) Reporter {
 		h := s.Header
 		e := &errWriter{w: w}
 		title := "Pod termination: the propagation window"
-		if h != nil && h.Ingress.Controller != "" {
+		switch {
+		case h != nil && h.Route.Kind == RouteKindHTTPRoute && h.Route.Controller != "":
+			title += " through " + strings.TrimSpace(h.Route.Controller+" "+h.Ingress.Version)
+		case h != nil && h.Ingress.Controller != "":
 			title += " through " + strings.TrimSpace(h.Ingress.Controller+" "+h.Ingress.Version)
 		}
 		e.printf("## %s\n\n", title)

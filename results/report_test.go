@@ -193,3 +193,32 @@ func TestRunLineWithoutController(t *testing.T) {
 		t.Errorf("run line %q, want it to contain %q", got, "ingress (class skipper)")
 	}
 }
+
+// An HTTPRoute run names its Gateway, class and controller where an
+// Ingress run names its class, in the text report's header lines and the
+// Markdown title.
+func TestRunLineHTTPRoute(t *testing.T) {
+	h := &Header{Ingress: Ingress{Version: "v3.6.12"}, Route: Route{Kind: RouteKindHTTPRoute, Gateway: "gw/traefik/web",
+		GatewayClass: "traefik", Controller: "traefik.io/gateway-controller"}}
+	got := strings.Join(runLine(h), "\n")
+	want := "HTTPRoute on Gateway gw/traefik/web (class traefik, controller traefik.io/gateway-controller v3.6.12)"
+	if !strings.Contains(got, want) {
+		t.Errorf("run line %q, want it to contain %q", got, want)
+	}
+	if strings.Contains(got, "ingress") {
+		t.Errorf("run line %q names an ingress", got)
+	}
+	sum := NewSummary(h, Options{})
+	sum.Close()
+	var b strings.Builder
+	if err := NewMarkdownReporter(sum)(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "through traefik.io/gateway-controller v3.6.12") {
+		t.Errorf("markdown title does not name the Gateway's controller:\n%s", b.String()[:min(b.Len(), 300)])
+	}
+	// Older files have no route: an Ingress, rendered as before.
+	if got := strings.Join(runLine(&Header{Ingress: Ingress{Class: "nginx", Controller: "k8s.io/ingress-nginx"}}), "\n"); !strings.Contains(got, "ingress k8s.io/ingress-nginx (class nginx)") {
+		t.Errorf("run line %q", got)
+	}
+}

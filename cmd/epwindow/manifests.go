@@ -41,8 +41,11 @@ var rbacVariants = []string{"cluster", "namespaced", "observer"}
 func workloadFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: measure.FlagReplicas, Value: defaultReplicas, Usage: "probe pods behind the Service", Category: "Workload"},
-		&cli.StringFlag{Name: measure.FlagIngressClass, Usage: "the Ingress's class; also picks the overlay of that name (default: the cluster's default class)", Category: "Workload"},
-		&cli.StringFlag{Name: measure.FlagHost, Value: defaultHost, Usage: "the Ingress rule's host (\"\": any host)", Category: "Workload"},
+		&cli.StringFlag{Name: measure.FlagRoute, Value: measure.RouteIngress, Usage: "what routes the load to the probe Service: ingress (an Ingress of --ingress-class) or httproute (a Gateway API HTTPRoute on --gateway)", Category: "Workload"},
+		&cli.StringFlag{Name: measure.FlagIngressClass, Usage: "the Ingress's class; also picks the overlay of that name (default: the cluster's default class); --route ingress only", Category: "Workload"},
+		&cli.StringFlag{Name: measure.FlagGateway, Usage: "NAMESPACE/NAME of the Gateway the HTTPRoute attaches to (required with --route httproute); its listener must admit routes from the run's namespace", Category: "Workload"},
+		&cli.StringFlag{Name: measure.FlagGatewaySection, Usage: "the HTTPRoute's parentRef sectionName: one listener of --gateway (default: every listener that admits it)", Category: "Workload"},
+		&cli.StringFlag{Name: measure.FlagHost, Value: defaultHost, Usage: "the Ingress rule's host, or the HTTPRoute's hostname (\"\": any host)", Category: "Workload"},
 		&cli.StringFlag{Name: measure.FlagImage, Value: deploy.DefaultImage, Usage: "probe image, with epwindow on PATH (make image builds one)", Category: "Workload"},
 		&cli.DurationFlag{Name: measure.FlagHold, Value: defaultHold, Usage: "how long a deleted probe keeps serving unless released", Category: "Workload"},
 		&cli.DurationFlag{Name: measure.FlagGraceMargin, Value: defaultGraceMargin, Usage: "terminationGracePeriodSeconds = preStop sleep + hold + this", Category: "Workload"},
@@ -52,7 +55,7 @@ func workloadFlags() []cli.Flag {
 		&cli.BoolFlag{Name: measure.FlagReadiness, Value: true, Usage: "give the probe pods a readiness probe (--readiness=false: none, so a pod is Ready as soon as it starts)", Category: "Workload"},
 		&cli.DurationFlag{Name: measure.FlagListenDelay, Usage: "probes open their listener only this long after starting (an app loading its configuration)", Category: "Workload"},
 		&cli.DurationFlag{Name: measure.FlagClockOffset, Usage: "fault injection: shift every probe's clock by this much", Category: "Workload"},
-		&cli.StringFlag{Name: flagOverlay, Usage: fmt.Sprintf("manifest overlay: one of %s or %s (default: by --%s)", strings.Join(deploy.Overlays(), ", "), deploy.BaseOverlay, measure.FlagIngressClass), Category: "Workload"},
+		&cli.StringFlag{Name: flagOverlay, Usage: fmt.Sprintf("manifest overlay: one of %s or %s (default: by --%s); --route ingress only", strings.Join(deploy.Overlays(), ", "), deploy.BaseOverlay, measure.FlagIngressClass), Category: "Workload"},
 		&cli.StringSliceFlag{Name: flagLabel, Usage: "extra label KEY=VALUE on every object (repeatable)", Category: "Workload"},
 	}
 }
@@ -63,6 +66,10 @@ func workloadParams(c *cli.Context, namespace, name string) (deploy.Params, erro
 	replicas := c.Int(measure.FlagReplicas)
 	if replicas < 1 || replicas > 1000 {
 		return deploy.Params{}, fmt.Errorf("--%s (%d) must be 1-1000", measure.FlagReplicas, replicas)
+	}
+	gw, err := deploy.ParseGatewayRef(c.String(measure.FlagGateway), c.String(measure.FlagGatewaySection))
+	if err != nil {
+		return deploy.Params{}, err
 	}
 	p := deploy.Params{
 		Namespace:     namespace,
@@ -80,6 +87,8 @@ func workloadParams(c *cli.Context, namespace, name string) (deploy.Params, erro
 		ListenDelay:   c.Duration(measure.FlagListenDelay),
 		NoReadiness:   !c.Bool(measure.FlagReadiness),
 		Overlay:       c.String(flagOverlay),
+		Route:         c.String(measure.FlagRoute),
+		Gateway:       gw,
 	}
 	if p.GraceMargin == 0 {
 		// deploy reads 0 as its default; a margin of 0 was asked for, and
@@ -111,6 +120,9 @@ func manifestsCommand() *cli.Command {
    # The same with the AWS Load Balancer Controller (IP targets), applied by hand:
    epwindow manifests --ingress-class alb --namespace epwindow | kubectl apply -f -
 
+   # An HTTPRoute on an existing Gateway instead of the Ingress:
+   epwindow manifests --route httproute --gateway traefik/traefik-gateway --host probe.example.com
+
    # The ClusterRole measure needs (edit the binding's subject first):
    epwindow manifests --rbac cluster > rbac.yaml`,
 		Description: `The manifests are deploy/base and deploy/overlays/<controller> (kustomize),
@@ -120,7 +132,10 @@ namespace name (epwindow-xxxxx) and adds a run-id label; with
 measure --namespace NS it uses NS and names the objects epwindow-<run id>.
 
 Overlays: ` + strings.Join(deploy.Overlays(), ", ") + `. The overlay named like --ingress-class is
-used; any other class gets the base with that class.
+used; any other class gets the base with that class. --route httproute prints
+deploy/httproute instead: the same Namespace, Deployment and Service, and a
+Gateway API HTTPRoute on --gateway NS/NAME (--gateway-section: one listener)
+for --host, PathPrefix "/", to the Service, in place of the Ingress.
 
 --rbac prints deploy/rbac/<variant> instead: cluster (measure creates its own
 namespace), namespaced (measure --namespace epwindow runs in that existing namespace), or
@@ -128,7 +143,7 @@ observer (the extra Role an observer that port-forwards to the ingress
 controller's pods needs in the controller's namespace).`,
 		Flags: append(workloadFlags(),
 			&cli.StringFlag{Name: flagNamespace, Value: defaultNamespace, Usage: "namespace of the objects (measure generates one per run, or takes --namespace)"},
-			&cli.StringFlag{Name: flagName, Value: defaultName, Usage: "name of the Deployment, Service and Ingress"},
+			&cli.StringFlag{Name: flagName, Value: defaultName, Usage: "name of the Deployment, Service and Ingress or HTTPRoute"},
 			&cli.StringFlag{Name: flagRBAC, Usage: "print the RBAC variant instead: " + strings.Join(rbacVariants, ", ")},
 		),
 		Action: func(c *cli.Context) error {

@@ -65,6 +65,11 @@ func TestManifestsEqualsRender(t *testing.T) {
 			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas, IngressClass: "alb", Host: defaultHost,
 			Image: deploy.DefaultImage, Hold: defaultHold, GraceMargin: defaultGraceMargin, ExitOnSigterm: true,
 		}},
+		{"httproute", []string{"--route", "httproute", "--gateway", "gw/traefik", "--gateway-section", "web", "--host", "probe.example.com"}, deploy.Params{
+			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas, Host: "probe.example.com",
+			Image: deploy.DefaultImage, Hold: defaultHold, GraceMargin: defaultGraceMargin, PreStop: true,
+			Route: deploy.RouteHTTPRoute, Gateway: deploy.GatewayRef{Namespace: "gw", Name: "traefik", Section: "web"},
+		}},
 		{"startup race", []string{"--readiness=false", "--listen-delay", "3s"}, deploy.Params{
 			Namespace: defaultNamespace, Name: defaultName, Replicas: defaultReplicas, Host: defaultHost,
 			Image: deploy.DefaultImage, Hold: defaultHold, GraceMargin: defaultGraceMargin, PreStop: true,
@@ -115,6 +120,12 @@ func TestManifestsBadInput(t *testing.T) {
 		{[]string{"--image", ""}, "--image"},
 		{[]string{"--listen-delay", "-1s"}, "--listen-delay"},
 		{[]string{"extra"}, "no arguments"},
+		{[]string{"--route", "ingres"}, "--route"},
+		{[]string{"--route", "httproute"}, "--gateway NAMESPACE/NAME is required"},
+		{[]string{"--route", "httproute", "--gateway", "traefik"}, "--gateway"},
+		{[]string{"--gateway", "gw/traefik"}, "--gateway gw/traefik applies to --route httproute only"},
+		{[]string{"--route", "httproute", "--gateway", "gw/traefik", "--ingress-class", "alb"}, "--ingress-class"},
+		{[]string{"--route", "httproute", "--gateway", "gw/traefik", "--overlay", "nginx"}, "--overlay"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -161,6 +172,27 @@ func TestWorkloadFlagsMatchMeasure(t *testing.T) {
 		want := reflect.ValueOf(mf).Elem().FieldByName("Value").Interface()
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("--%s defaults to %v in manifests, %v in measure", n, got, want)
+		}
+	}
+}
+
+// manifests --route httproute prints the HTTPRoute in place of the Ingress:
+// on the Gateway, for the host, to the probe Service.
+func TestManifestsHTTPRoute(t *testing.T) {
+	out, err := runApp(t, "manifests", "--route", "httproute", "--gateway", "gw/traefik", "--host", "probe.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "kind: Ingress") {
+		t.Errorf("printed an Ingress:\n%s", out)
+	}
+	docs := strings.Split(out, "\n---\n")
+	route := docs[len(docs)-1]
+	for _, s := range []string{"apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute", "name: probe\n  namespace: epwindow",
+		"parentRefs:\n  - group: gateway.networking.k8s.io\n    kind: Gateway\n    name: traefik\n    namespace: gw",
+		"hostnames:\n  - probe.example.com", "type: PathPrefix\n        value: /", "backendRefs:\n    - name: probe\n      port: 8080"} {
+		if !strings.Contains(route, s) {
+			t.Errorf("HTTPRoute document lacks %q:\n%s", s, route)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 
 	"github.com/epwindow/epwindow/measure"
@@ -48,6 +49,10 @@ func measureCommand() *cli.Command {
    epwindow measure --kubeconfig /tmp/epw/kubeconfig --url http://127.0.0.1:9090 \
        --observer skipper --observer-url http://127.0.0.1:9911/routes --trials 10
 
+   # through a Gateway API implementation: an HTTPRoute on an existing Gateway instead of an Ingress:
+   epwindow measure --url http://gateway.example.internal --host epwindow.example.com \
+       --route httproute --gateway traefik/traefik-gateway
+
    # and the ClusterIP path, from one runner pod on each of 2 nodes:
    epwindow measure --url http://127.0.0.1:9090 --in-cluster-load 2 --in-cluster-rate 100`,
 		Description: `Creates a namespace epwindow-<id> with a probe Deployment, Service and Ingress (see
@@ -65,7 +70,13 @@ themselves at a deadline past the longest the run can take, should epwindow die.
 
 With --namespace NS it creates no namespace: the Deployment, Service and Ingress go into the existing
 NS, named epwindow-<id>, and exactly those are deleted on exit. This is what the Role in
-deploy/rbac/namespaced allows (no cluster-wide write access).`,
+deploy/rbac/namespaced allows (no cluster-wide write access).
+
+With --route httproute it creates a Gateway API HTTPRoute on --gateway NS/NAME instead of the
+Ingress. Before creating anything it reads the Gateway and its GatewayClass: a missing Gateway
+exits 2, missing Gateway API CRDs or a Gateway no controller accepted exit 4. Before the first
+trial it waits (at most --settle-timeout) until the class's controller accepted the route and
+resolved its backend, and stops at once, cleaning up, if it refused either.`,
 		Flags:  measureFlags(),
 		Action: runMeasure,
 	}
@@ -156,6 +167,8 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		ProbeListenDelay:    wp.ListenDelay,
 		NoReadiness:         wp.NoReadiness,
 		Overlay:             wp.Overlay,
+		Route:               wp.Route,
+		Gateway:             wp.Gateway,
 		Labels:              wp.Labels,
 		StopOnBlindObserver: c.Bool(measure.FlagStopOnBlind),
 		InClusterLoad:       c.Int(measure.FlagInClusterLoad),
@@ -228,6 +241,12 @@ func runMeasure(c *cli.Context) error {
 		return cli.Exit("epwindow measure: "+err.Error(), kubeExitCode(err))
 	}
 	cfg.Client, cfg.RESTConfig, cfg.ClusterName = kc.client, kc.config, kc.context
+	if cfg.Route == measure.RouteHTTPRoute {
+		// The Gateway API has no typed client here.
+		if cfg.Dynamic, err = dynamic.NewForConfig(kc.config); err != nil {
+			return cli.Exit("epwindow measure: build the dynamic client for the Gateway API: "+err.Error(), exitCluster)
+		}
+	}
 	if code, err := preflight(c.Context, cfg); err != nil {
 		if c.Context.Err() != nil {
 			// Ctrl-C cut a check short: not the check's failure.
@@ -290,6 +309,7 @@ func runMeasure(c *cli.Context) error {
 		}
 	}
 	var flagErr *measure.FlagError
+	var clusterErr *measure.ClusterError
 	switch {
 	case runErr == nil:
 		return nil
@@ -297,6 +317,10 @@ func runMeasure(c *cli.Context) error {
 		// Found only in the cluster (a runner the scheduler cannot place):
 		// bad input all the same, and everything was cleaned up.
 		return cli.Exit("epwindow measure: "+runErr.Error(), exitUsage)
+	case errors.As(runErr, &clusterErr):
+		// The Gateway changed between the preflight and the run's own
+		// check: unusable all the same, and nothing was created.
+		return cli.Exit("epwindow measure: "+runErr.Error(), exitCluster)
 	case c.Context.Err() != nil:
 		// SIGINT/SIGTERM (signal.NotifyContext in main) cancelled the run.
 		return cli.Exit("epwindow measure: interrupted; cleaned up; "+saved, exitInterrupted)

@@ -88,6 +88,14 @@ func TestMeasureConfigRejects(t *testing.T) {
 		{[]string{"--url", "http://x", "--in-cluster-load", "2", "--in-cluster-rate", "-1"}, "--in-cluster-rate (-1)"},
 		{[]string{"--url", "http://x", "--in-cluster-load", "2", "--in-cluster-rate", "9000"}, "--in-cluster-rate (9000)"},
 		{[]string{"--url", "http://x", "--in-cluster-load", "-1"}, "--in-cluster-load (-1)"},
+		{[]string{"--url", "http://x", "--route", "grpcroute"}, `--route "grpcroute": want ingress or httproute`},
+		{[]string{"--url", "http://x", "--route", "httproute"}, "--gateway NAMESPACE/NAME is required with --route httproute"},
+		{[]string{"--url", "http://x", "--route", "httproute", "--gateway", "traefik"}, `--gateway "traefik": want NAMESPACE/NAME`},
+		{[]string{"--url", "http://x", "--route", "httproute", "--gateway", "gw/traefik/web"}, "want NAMESPACE/NAME"},
+		{[]string{"--url", "http://x", "--gateway", "gw/traefik"}, "--gateway gw/traefik applies to --route httproute only"},
+		{[]string{"--url", "http://x", "--gateway-section", "web"}, "--gateway-section web applies to --route httproute only"},
+		{[]string{"--url", "http://x", "--route", "httproute", "--gateway", "gw/traefik", "--ingress-class", "nginx"}, "--ingress-class nginx applies to --route ingress only"},
+		{[]string{"--url", "http://x", "--route", "httproute", "--gateway", "gw/traefik", "--overlay", "traefik"}, "--overlay traefik applies to --route ingress only"},
 	} {
 		if _, err := parseMeasure(t, tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: error %v, want one naming %s", tt.args, err, tt.want)
@@ -101,5 +109,20 @@ func TestMeasureNoRunnersByDefault(t *testing.T) {
 	cfg, err := parseMeasure(t, "--url", "http://127.0.0.1:9090")
 	if err != nil || cfg.InClusterLoad != 0 {
 		t.Errorf("default InClusterLoad %d (%v), want 0", cfg.InClusterLoad, err)
+	}
+}
+
+// --route httproute with its Gateway reaches the Config; the Ingress run
+// stays the default.
+func TestMeasureConfigHTTPRoute(t *testing.T) {
+	cfg, err := parseMeasure(t, "--url", "http://127.0.0.1:9090", "--route", "httproute", "--gateway", "gw/traefik", "--gateway-section", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Route != measure.RouteHTTPRoute || cfg.Gateway != (measure.GatewayRef{Namespace: "gw", Name: "traefik", Section: "web"}) {
+		t.Errorf("Route %q Gateway %+v", cfg.Route, cfg.Gateway)
+	}
+	if cfg, err := parseMeasure(t, "--url", "http://127.0.0.1:9090"); err != nil || cfg.Route != measure.RouteIngress || !cfg.Gateway.IsZero() {
+		t.Errorf("default Route %q Gateway %+v (%v), want an Ingress", cfg.Route, cfg.Gateway, err)
 	}
 }

@@ -18,7 +18,8 @@ import (
 
 // preflight checks, before anything is created, everything that would make
 // a run fail half-way: the API server answers, the caller holds every
-// permission measure needs, the IngressClass exists, --url answers, and
+// permission measure needs, the IngressClass exists (or, with an HTTPRoute,
+// the Gateway exists and a controller accepted it), --url answers, and
 // the in-cluster runners fit one per schedulable node. It
 // returns the exit code that fits the first failure.
 func preflight(ctx context.Context, cfg measure.Config) (int, error) {
@@ -29,6 +30,11 @@ func preflight(ctx context.Context, cfg measure.Config) (int, error) {
 	}
 	if code, err := checkPermissions(ctx, cfg); err != nil {
 		return code, err
+	}
+	if cfg.Route == measure.RouteHTTPRoute {
+		if _, err := measure.CheckGateway(ctx, cfg.Client.Discovery(), cfg.Dynamic, cfg.Gateway); err != nil {
+			return gatewayExitCode(err), err
+		}
 	}
 	if class := cfg.IngressClass; class != "" {
 		_, err := cfg.Client.NetworkingV1().IngressClasses().Get(ctx, class, metav1.GetOptions{})
@@ -63,13 +69,27 @@ func preflight(ctx context.Context, cfg measure.Config) (int, error) {
 	return exitOK, nil
 }
 
-// checkPermissions checks what the run needs: cluster-wide when it creates
-// its own namespace; in --namespace, the namespaced variant there, and that
-// the namespace exists.
+// gatewayExitCode maps measure.CheckGateway's errors to exit codes: a
+// Gateway that does not exist is bad input, one nobody can route through
+// (no CRDs, no class, no controller's acceptance) an unusable cluster.
+func gatewayExitCode(err error) int {
+	var fe *measure.FlagError
+	switch {
+	case errors.As(err, &fe):
+		return exitUsage
+	case apierrors.IsForbidden(err):
+		return exitForbidden
+	}
+	return exitCluster
+}
+
+// checkPermissions checks what the run needs, for its route: cluster-wide
+// when it creates its own namespace; in --namespace, the namespaced variant
+// there, and that the namespace exists.
 func checkPermissions(ctx context.Context, cfg measure.Config) (int, error) {
-	ns, perms, manifest := "", deploy.RequiredPermissions(true), "deploy/rbac/cluster"
+	ns, perms, manifest := "", deploy.PermissionsFor(true, cfg.Route, cfg.Gateway), "deploy/rbac/cluster"
 	if cfg.Namespace != "" {
-		ns, perms, manifest = cfg.Namespace, deploy.RequiredPermissions(false), "deploy/rbac/namespaced"
+		ns, perms, manifest = cfg.Namespace, deploy.PermissionsFor(false, cfg.Route, cfg.Gateway), "deploy/rbac/namespaced"
 	}
 	missing, err := deploy.Check(ctx, cfg.Client.AuthorizationV1(), ns, perms)
 	if err != nil {

@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
@@ -93,7 +95,8 @@ func (s *Sink) Trial(r *results.Record) error {
 // RunLeftovers lists what any measure run left in namespace ns: every
 // object carrying a run id (deploy.LabelRunID) — Deployments, Services,
 // Ingresses and pods, terminating ones included — and ReplicaSets orphaned
-// rather than collected with their Deployment.
+// rather than collected with their Deployment. HTTPRoutes need the dynamic
+// client: RouteLeftovers.
 func RunLeftovers(t testing.TB, c kubernetes.Interface, ns string) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -132,6 +135,26 @@ func RunLeftovers(t testing.TB, c kubernetes.Interface, ns string) []string {
 		if o.DeletionTimestamp == nil && len(o.OwnerReferences) == 0 {
 			left = append(left, "orphaned replicaset/"+o.Name)
 		}
+	}
+	return left
+}
+
+// RouteLeftovers lists the HTTPRoutes carrying a run id (deploy.LabelRunID)
+// that any measure --route httproute run left in namespace ns: RunLeftovers'
+// check for the Gateway API object it cannot list through the typed
+// client. A cluster without the Gateway API CRDs has none to leave.
+func RouteLeftovers(t testing.TB, dyn dynamic.Interface, ns string) []string {
+	t.Helper()
+	list, err := dyn.Resource(deploy.HTTPRouteResource).Namespace(ns).List(context.Background(), metav1.ListOptions{LabelSelector: deploy.LabelRunID})
+	if apierrors.IsNotFound(err) {
+		return nil // no such resource: the CRDs are not installed
+	}
+	if err != nil {
+		t.Fatalf("list httproutes in %s: %v", ns, err)
+	}
+	var left []string
+	for _, o := range list.Items {
+		left = append(left, "httproute/"+o.GetName())
 	}
 	return left
 }
