@@ -142,6 +142,7 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		r.report(Progress{Phase: "setup", Message: r.gateway.String() + " accepted"})
 		// Auto picks the observer by the Gateway's controller.
 		obsOpts.GatewayClass, obsOpts.GatewayController = r.gateway.Class, r.gateway.Controller
+		target.Route = wl.HTTPRoute.GetName()
 	} else {
 		target.Ingress = wl.Ingress.Name
 	}

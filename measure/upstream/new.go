@@ -129,14 +129,6 @@ type Options struct {
 	EnvoyCluster string
 	// Command prints the upstream addresses, one a line (--upstreams-cmd).
 	Command string
-	// GatewayClass is the GatewayClass of the Gateway an HTTPRoute run
-	// attaches to (measure --route httproute), as its preflight read it;
-	// empty for an Ingress run.
-	GatewayClass string
-	// GatewayController is that GatewayClass's spec.controllerName: with
-	// it, auto picks the observer by the Gateway's controller instead of an
-	// IngressClass's.
-	GatewayController string
 }
 
 // Choice says which observer was built and why.
