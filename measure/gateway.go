@@ -180,3 +180,15 @@ func findCondition(cs []any, t string) (cond, bool) {
 	}
 	return cond{}, false
 }
+
+// why is the condition's reason and message, "NotAllowedByListeners: …",
+// or the reason alone when the controller gave no message.
+func (c cond) why() string {
+	switch {
+	case c.reason == "":
+		return c.message
+	case c.message == "":
+		return c.reason
+	}
+	return c.reason + ": " + c.message
+}

@@ -106,10 +106,10 @@ func routeStatus(route *unstructured.Unstructured, gw Gateway) (accepted bool, w
 	// longer has; observedGeneration is optional, 0 when left out.
 	stale := func(c cond) bool { return c.observedGeneration != 0 && c.observedGeneration < gen }
 	if accOK && !stale(acc) && acc.status == "False" {
-		return false, "", fmt.Errorf("HTTPRoute %s not accepted by Gateway %s (controller %s): %s: %s", id, gw.Ref, gw.Controller, acc.reason, acc.message)
+		return false, "", fmt.Errorf("HTTPRoute %s not accepted by Gateway %s (controller %s): %s", id, gw.Ref, gw.Controller, acc.why())
 	}
 	if resOK && !stale(res) && res.status == "False" {
-		return false, "", fmt.Errorf("HTTPRoute %s on Gateway %s (controller %s): its backend refs are not resolved: %s: %s", id, gw.Ref, gw.Controller, res.reason, res.message)
+		return false, "", fmt.Errorf("HTTPRoute %s on Gateway %s (controller %s): its backend refs are not resolved: %s", id, gw.Ref, gw.Controller, res.why())
 	}
 	for _, c := range []struct {
 		name string

@@ -73,6 +73,10 @@ func TestRouteStatus(t *testing.T) {
 			"HTTPRoute epw/probe: waiting for controller traefik.io/gateway-controller to answer for Gateway gw/traefik", ""},
 		{"not accepted", routeObj("epw", 1, parentStatus(traefikGateway, gwRef(), notAllowed, resolved)), traefikGW, false, "",
 			"HTTPRoute epw/probe not accepted by Gateway gw/traefik (controller traefik.io/gateway-controller): NotAllowedByListeners: no listener allows routes from namespace epw"},
+		// Traefik refuses with a reason and no message.
+		{"not accepted, no message", routeObj("epw", 1, parentStatus(traefikGateway, gwRef(),
+			condObj("Accepted", "False", "NotAllowedByListeners", "", 1), resolved)), traefikGW, false, "",
+			"HTTPRoute epw/probe not accepted by Gateway gw/traefik (controller traefik.io/gateway-controller): NotAllowedByListeners"},
 		{"backend not resolved", routeObj("epw", 1, parentStatus(traefikGateway, gwRef(), accepted, noBackend)), traefikGW, false, "",
 			"HTTPRoute epw/probe on Gateway gw/traefik (controller traefik.io/gateway-controller): its backend refs are not resolved: BackendNotFound: service epw/probe not found"},
 		// Another implementation refusing the route for its own Gateway of

@@ -155,6 +155,7 @@ func TestBadGateway(t *testing.T) {
 			defer cancel()
 			began := time.Now()
 			b, err := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...).CombinedOutput()
+			t.Logf("exit %d:\n%s", e2etest.ExitCode(err), b)
 			if code := e2etest.ExitCode(err); code != tt.code {
 				t.Errorf("exit %d, want %d; output:\n%s", code, tt.code, b)
 			}
