@@ -13,6 +13,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure/load"
@@ -69,6 +71,8 @@ type runner struct {
 	// Gateway as CheckGateway found it (zero with an Ingress).
 	dynamic dynamic.Interface
 	gateway Gateway
+	// deleter sends each trial's DELETE (see newDeleter).
+	deleter kubernetes.Interface
 
 	pmu  sync.Mutex // rollout trials report concurrently
 	last Progress
@@ -89,6 +93,9 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		progress = func(Progress) {}
 	}
 	r := &runner{cfg: cfg, progress: progress, runID: newRunID()}
+	if r.deleter, err = newDeleter(cfg); err != nil {
+		return err
+	}
 	name := "probe"
 	r.ns = "epwindow-" + r.runID
 	if cfg.Namespace != "" {
@@ -299,4 +306,26 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		return r.rollouts(ctx, sink)
 	}
 	return r.deletions(ctx, sink)
+}
+
+// newDeleter is the client that sends each trial's DELETE: cfg.Client's
+// configuration without client-side rate limiting. T0 is stamped just
+// before the call, and client-go's token bucket (QPS 5, burst 10 unless
+// the kubeconfig's client says otherwise: rest.Config) would hold the
+// request back whenever the run's other calls had used it up, so T0 would
+// precede the real DELETE by up to 1/QPS (200 ms) and every stage's offset
+// would grow by that much. One DELETE per trial cannot burden the API
+// server. Without a RESTConfig (unit tests' fake clients) cfg.Client is
+// used as it is.
+func newDeleter(cfg Config) (kubernetes.Interface, error) {
+	if cfg.RESTConfig == nil {
+		return cfg.Client, nil
+	}
+	rc := rest.CopyConfig(cfg.RESTConfig)
+	rc.RateLimiter, rc.QPS = nil, -1 // rest.RESTClientFor: no limiter when QPS < 0
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("client for the trials' DELETE: %w", err)
+	}
+	return c, nil
 }

@@ -3,6 +3,10 @@ package measure
 import (
 	"testing"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+
 	"github.com/epwindow/epwindow/deploy"
 )
 
@@ -20,5 +24,30 @@ func TestNamespaceLabels(t *testing.T) {
 	want := "elbv2.k8s.aws/pod-readiness-gate-inject=enabled, pod-security.kubernetes.io/enforce=restricted, pod-security.kubernetes.io/enforce-version=latest"
 	if got != want {
 		t.Errorf("namespaceLabels = %q, want %q", got, want)
+	}
+}
+
+// The trials' DELETE goes out without client-side rate limiting, whatever
+// the caller's client allows: T0 is stamped just before it.
+func TestDeleterIsNotRateLimited(t *testing.T) {
+	cfg := Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1", QPS: 5, Burst: 10}}
+	c, err := newDeleter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, ok := c.(*kubernetes.Clientset)
+	if !ok {
+		t.Fatalf("deleter %T, want a clientset built from RESTConfig", c)
+	}
+	if rl := cs.CoreV1().RESTClient().GetRateLimiter(); rl != nil {
+		t.Errorf("the DELETE client has a rate limiter (%T)", rl)
+	}
+	if cfg.RESTConfig.QPS != 5 {
+		t.Errorf("the caller's RESTConfig was changed: QPS %v", cfg.RESTConfig.QPS)
+	}
+	// Without a RESTConfig (fake clients), the caller's client is used.
+	fc := fake.NewClientset()
+	if c, _ := newDeleter(Config{Client: fc}); c != fc {
+		t.Errorf("deleter without RESTConfig = %T, want the caller's client", c)
 	}
 }

@@ -65,7 +65,7 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	grace := int64(r.grace() / time.Second)
 	uid := pod.UID
 	in.t0 = cfg.Clock.Now() // T0: stamped just before DELETE is sent, tool clock.
-	err = cfg.Client.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{
+	err = r.deleter.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
 	in.acked = cfg.Clock.Now()
 	if err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
@@ -38,13 +40,22 @@ func (s *sink) Trial(r *results.Record) error {
 // pending: a later AddAfter does not push back an entry already waiting
 // (client-go util/workqueue/delaying_queue.go keeps the earlier readyAt), so
 // a pod change less than a period before the deletion carries the deletion
-// with it, sooner. measure deletes only in steady state, after the slice
-// writes its own pods caused (the replacement's slice_ready, the deleted
-// pod's slice_removed), so its pods leave nothing pending; a trial that
-// still meets a pending sync (or the controller's +1 s stale-cache retry,
-// real behaviour too) moves one value, and the median of 5 is robust to two
-// such trials. A median below period − 5 ms would mean the stage is stamped
-// wrong.
+// with it, sooner. A slice change queues a sync too, after
+// max(sliceChangeSyncDelay, period), when the controller's tracker does not
+// take the slice for its own latest write (queueServiceForEndpointSlice in
+// the same file; seen here: a deletion 850 ms after a slice write, with a
+// 500 ms period, was carried at 154 ms). So, as the deploy/local
+// batch-period test does, each deletion waits (measure's BeforeDelete)
+// until the run's pods and slices have been unchanged for the longer of the
+// two plus this poll's and the informers' delivery: then nothing is
+// pending, and every trial — not only the median — must reach the period
+// (less 5 ms for the stamps' own delivery). A sync that fails on a stale
+// cache is retried after 1 s (defaultSyncBackOff), real behaviour too, and
+// can move a trial up, so the upper bound holds for the median of 5.
+// sliceChangeSyncDelay is endpointSliceChangeMinSyncDelay of
+// pkg/controller/endpointslice/endpointslice_controller.go.
+const sliceChangeSyncDelay = time.Second
+
 func TestBatchPeriodGroundTruth(t *testing.T) {
 	for _, period := range []time.Duration{0, 500 * time.Millisecond, 2 * time.Second} {
 		t.Run(period.String(), func(t *testing.T) {
@@ -71,6 +82,11 @@ func TestBatchPeriodGroundTruth(t *testing.T) {
 				Rate:            50, Hold: 60 * time.Second, QuietPeriod: time.Second, GraceMargin: 10 * time.Second,
 				SettleTimeout: 2 * time.Minute, MaxSkewUncertainty: 50 * time.Millisecond, Image: deploy.DefaultImage,
 				PreStop: true, Clock: clock.RealClock{},
+				BeforeDelete: func(ctx context.Context, ns string) error {
+					// Its own client: polling on the run's would spend the
+					// run's client-side rate limit.
+					return waitUnchanged(ctx, c.Client, ns, max(period, sliceChangeSyncDelay)+200*time.Millisecond)
+				},
 			}
 			var s sink
 			if err := measure.Run(ctx, cfg, &s, nil); err != nil {
@@ -82,6 +98,9 @@ func TestBatchPeriodGroundTruth(t *testing.T) {
 				if !ok {
 					t.Fatalf("trial %d: no slice_not_ready (%s)", r.Trial, r.InvalidReason())
 				}
+				if d < period-5*time.Millisecond {
+					t.Errorf("trial %d: T0 → slice_not_ready %s, below the period %s with no sync pending", r.Trial, d, period)
+				}
 				got = append(got, d)
 			}
 			slices.Sort(got)
@@ -91,5 +110,40 @@ func TestBatchPeriodGroundTruth(t *testing.T) {
 				t.Errorf("median T0 → slice_not_ready %s, want %s (+0..50ms)", med, period)
 			}
 		})
+	}
+}
+
+// waitUnchanged returns once the pods and EndpointSlices of namespace ns
+// have kept the same resource versions for quiet, polling every 100 ms.
+func waitUnchanged(ctx context.Context, c kubernetes.Interface, ns string, quiet time.Duration) error {
+	var last string
+	since := time.Now()
+	for {
+		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		sl, err := c.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var versions []string
+		for _, p := range pods.Items {
+			versions = append(versions, p.Name+"@"+p.ResourceVersion)
+		}
+		for _, e := range sl.Items {
+			versions = append(versions, e.Name+"@"+e.ResourceVersion)
+		}
+		slices.Sort(versions)
+		if v := strings.Join(versions, " "); v != last {
+			last, since = v, time.Now()
+		} else if time.Since(since) >= quiet {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

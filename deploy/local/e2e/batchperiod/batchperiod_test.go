@@ -79,7 +79,11 @@ func TestBatchPeriodDelaysSliceUpdate(t *testing.T) {
 		// sync queued by an event shortly before the delete would carry
 		// the deletion with it, sooner than the batch period. So the pods
 		// and slices must have been unchanged for a whole batch period
-		// (plus 200 ms for this poll's and the informers' delivery).
+		// (plus 200 ms for this poll's and the informers' delivery). A
+		// slice change queues a sync after max(1 s, batch period)
+		// (endpointSliceChangeMinSyncDelay, queueServiceForEndpointSlice in
+		// pkg/controller/endpointslice/endpointslice_controller.go): with
+		// this 1 s period, the same wait covers it.
 		var victim, ip string
 		var seen string
 		var since time.Time
