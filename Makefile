@@ -109,9 +109,12 @@ check-fresh: cluster
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# vet builds with -race: it compiles every dependency to type-check, and
+# with the same flags as the unit and e2e tests those compiles are theirs
+# too (Go's build cache), which saves a cold machine some 4 minutes.
 vet:
-	$(GO) vet ./...
-	cd internal/localcluster && $(GO) vet ./...
+	$(GO) vet -race ./...
+	cd internal/localcluster && $(GO) vet -race ./...
 
 # Unit tests need nothing but Go. The e2e packages (*/e2e/*) run against the
 # real local cluster, one package at a time: clusters share the pod network.
