@@ -186,3 +186,24 @@ func ExitCode(err error) int {
 	}
 	return 0
 }
+
+// Run runs cfg to the end within timeout, logging its progress but the
+// trials' stage-by-stage reports, fails the test on an error or a missing
+// trial record, and returns the sink.
+func Run(t *testing.T, cfg measure.Config, timeout time.Duration) *Sink {
+	t.Helper()
+	sink := NewSink()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := measure.Run(ctx, cfg, sink, func(p measure.Progress) {
+		if p.Phase != "trial" || p.Stage == "released" {
+			t.Logf("%s trial %d/%d %s %s", p.Phase, p.Trial, p.Trials, p.Stage, p.Message)
+		}
+	}); err != nil {
+		t.Fatalf("measure.Run: %v", err)
+	}
+	if len(sink.Records) != cfg.Trials {
+		t.Fatalf("got %d trial records, want %d", len(sink.Records), cfg.Trials)
+	}
+	return sink
+}

@@ -48,20 +48,7 @@ func Config(t *testing.T, c *localcluster.Cluster, trials int, period time.Durat
 // Run runs cfg to the end and returns its records.
 func Run(t *testing.T, cfg measure.Config) []*results.Record {
 	t.Helper()
-	sink := e2etest.NewSink()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	if err := measure.Run(ctx, cfg, sink, func(p measure.Progress) {
-		if p.Phase != "trial" || p.Stage == "released" {
-			t.Logf("%s trial %d/%d %s %s", p.Phase, p.Trial, p.Trials, p.Stage, p.Message)
-		}
-	}); err != nil {
-		t.Fatalf("measure.Run: %v", err)
-	}
-	if len(sink.Records) != cfg.Trials {
-		t.Fatalf("got %d trial records, want %d", len(sink.Records), cfg.Trials)
-	}
-	return sink.Records
+	return e2etest.Run(t, cfg, 20*time.Minute).Records
 }
 
 // Churn keeps kube-proxy syncing back to back until stop is called: it

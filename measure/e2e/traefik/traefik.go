@@ -53,20 +53,7 @@ func Config(t *testing.T, c *localcluster.Cluster, class string, trials int) mea
 // Run runs cfg to the end and returns its sink.
 func Run(t *testing.T, cfg measure.Config) *e2etest.Sink {
 	t.Helper()
-	sink := e2etest.NewSink()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	if err := measure.Run(ctx, cfg, sink, func(p measure.Progress) {
-		if p.Phase != "trial" || p.Stage == "released" {
-			t.Logf("%s trial %d/%d %s %s", p.Phase, p.Trial, p.Trials, p.Stage, p.Message)
-		}
-	}); err != nil {
-		t.Fatalf("measure.Run: %v", err)
-	}
-	if len(sink.Records) != cfg.Trials {
-		t.Fatalf("got %d trial records, want %d", len(sink.Records), cfg.Trials)
-	}
-	return sink
+	return e2etest.Run(t, cfg, 15*time.Minute)
 }
 
 // Churn keeps Traefik's Ingress provider handing the router a new
