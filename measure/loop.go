@@ -9,12 +9,29 @@ import (
 )
 
 // deletions runs the delete mode's trials: each deletes one pod, after a
-// pause (--trial-jitter), and waits for steady state before the next.
+// pause (--trial-jitter), and waits for steady state before the next. It
+// runs until cfg.Trials trials have a valid window, up to ExtraTrialsShare
+// more (see trialBudget), and says so in the progress line.
 func (r *runner) deletions(ctx context.Context, sink Sink) error {
 	cfg := r.cfg
-	pauses := trialPauses(cfg.Trials, cfg.TrialJitter, pauseRNG())
-	for i := 1; i <= cfg.Trials; i++ {
-		if err := r.pause(ctx, pauses[i-1]); err != nil {
+	budget := newTrialBudget(cfg.Trials)
+	rng := pauseRNG()
+	pauses := trialPauses(cfg.Trials, cfg.TrialJitter, rng)
+	for i := 1; budget.more(); i++ {
+		pause := time.Duration(0)
+		switch {
+		case i <= len(pauses):
+			pause = pauses[i-1]
+		case cfg.TrialJitter > 0:
+			// A replacement trial: the strata are spent, any phase does.
+			pause = time.Duration(rng.Int64N(int64(cfg.TrialJitter)))
+		}
+		if i > cfg.Trials {
+			r.report(Progress{Phase: "steady", Trials: cfg.Trials, Extra: i - cfg.Trials, MaxExtra: budget.limit - cfg.Trials,
+				Message: fmt.Sprintf("%d of %d trials have a valid window: running one more (at most %d more in all, --%s + %.0f%%)",
+					budget.valid, cfg.Trials, budget.limit-cfg.Trials, FlagTrials, ExtraTrialsShare*100)})
+		}
+		if err := r.pause(ctx, pause); err != nil {
 			return err
 		}
 		if cfg.BeforeDelete != nil {
@@ -29,7 +46,8 @@ func (r *runner) deletions(ctx context.Context, sink Sink) error {
 		if err != nil {
 			return err
 		}
-		if i < cfg.Trials {
+		budget.add(rec)
+		if budget.more() {
 			if err := r.waitSteady(ctx); err != nil {
 				return err
 			}

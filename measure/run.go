@@ -39,6 +39,9 @@ type Progress struct {
 	Phase  string
 	Trial  int
 	Trials int
+	// Extra is how many trials beyond Trials run to replace trials without
+	// a valid window, MaxExtra the most it may reach (ExtraTrialsShare).
+	Extra, MaxExtra int
 	// Stage is the latest stage seen in the current trial.
 	Stage string
 	// LastWindow is the previous valid trial's window.
@@ -226,6 +229,9 @@ func (r *runner) report(p Progress) {
 	}
 	if p.Trial == 0 {
 		p.Trial = r.last.Trial
+	}
+	if p.Extra == 0 {
+		p.Extra, p.MaxExtra = r.last.Extra, r.last.MaxExtra
 	}
 	r.last = p
 	r.progress(p)

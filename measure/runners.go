@@ -87,11 +87,12 @@ func CheckRunnerNodes(ctx context.Context, client kubernetes.Interface, n int) (
 
 // runnersDeadline is when the runners stop by themselves, should the tool
 // die without cleaning up: the longest the run can take (a settle wait, then
-// per trial a pause, a settle wait, the hold and the removal wait), capped
-// at load.MaxLifetime.
+// per trial a pause, a settle wait, the hold and the removal wait, for every
+// trial the run may add to replace ones without a valid window), capped at
+// load.MaxLifetime.
 func runnersDeadline(cfg Config, grace time.Duration, now time.Time) time.Time {
 	perTrial := cfg.SettleTimeout + cfg.TrialJitter + cfg.PreStopSleep + cfg.Hold + grace + 30*time.Second + cfg.QuietPeriod
-	d := cfg.SettleTimeout + time.Duration(cfg.Trials)*perTrial + time.Minute
+	d := cfg.SettleTimeout + time.Duration(newTrialBudget(cfg.Trials).limit)*perTrial + time.Minute
 	return now.Add(min(d, load.MaxLifetime))
 }
 

@@ -162,8 +162,12 @@ func (b Bound) Which() string {
 }
 
 // Claim states what the bound covers, in words: "the largest of 20 trials
-// covers 86% of deletions with 95% confidence".
+// covers 86% of deletions with 95% confidence"; for a floor, "at least …".
 func (b Bound) Claim() string {
+	if b.LowerBound {
+		return fmt.Sprintf("at least %s: %s ran into the hold, so the bound that covers %s of deletions with %s confidence is at least that",
+			fmtDur(b.NS), b.Which(), pct(b.Covers), pct(b.Confidence))
+	}
 	return fmt.Sprintf("%s covers %s of deletions with %s confidence", b.Which(), pct(b.Covers), pct(b.Confidence))
 }
 

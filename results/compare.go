@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Verdict is a metric's change between a baseline and a new run.
@@ -44,38 +43,40 @@ const (
 )
 
 // FamilyError is the chance that a comparison of two runs of one and the
-// same setup calls anything worse or better. A comparison makes one test
-// per metric and judged quantile — two dozen or more — so each test runs at
-// 1 − FamilyError/tests (Bonferroni over the tests actually made, see
-// Compare): valid whatever the dependence between stages, which move
-// together along the paths they share.
+// same setup calls anything worse or better. A comparison makes, per
+// metric, one test per judged quantile and one tail test — fifty or more —
+// and splits FamilyError among them (weighted Bonferroni, see allot):
+// valid whatever the dependence between stages, which move together along
+// the paths they share.
 const FamilyError = 0.05
 
-// CompareResamples is the least bootstrap size of a comparison; Compare
-// raises it so that each tail of every interval holds at least
-// tailResamples resamples at the level the tests are run at.
-const (
-	CompareResamples = 5000
-	tailResamples    = 10
-)
-
-// CompareQuantiles are the quantiles compared.
+// CompareQuantiles are the quantiles compared by bootstrap.
 var CompareQuantiles = []float64{0.50, 0.95, 0.99}
 
 // MinTailTrials is how many trials of each run must lie above a quantile
-// for a verdict to rest on it: n·(1−q) ≥ 5, so p50 is judged from 10
-// trials, p95 from 100, p99 from 500. Below that a quantile is one of the
-// few largest values, its bootstrap interval is unreliable (the resamples
-// cannot reach beyond the sample's maximum), and a single slow trial —
-// the EndpointSlice controller's occasional +1 s retry — would read as a
-// regression. Such quantiles are shown, not judged.
+// for a bootstrap verdict to rest on it: n·(1−q) ≥ 5, so p50 is judged from
+// 10 trials, p95 from 100, p99 from 500. Below that a quantile is one of
+// the few largest values, its bootstrap interval is unreliable (the
+// resamples cannot reach beyond the sample's maximum), and a single slow
+// trial would read as a regression. The tail test (see tailTest) judges the
+// upper tail at every size instead.
 const MinTailTrials = 5
 
-// Judged reports whether a verdict may rest on quantile q of runs of n0
-// and n1 trials.
+// Judged reports whether a bootstrap verdict may rest on quantile q of runs
+// of n0 and n1 trials.
 func Judged(q float64, n0, n1 int) bool {
 	return float64(min(n0, n1))*(1-q) >= MinTailTrials-1e-9
 }
+
+// NeedTrials is the least run size at which quantile q is judged.
+func NeedTrials(q float64) int { return int(math.Ceil(MinTailTrials/(1-q) - 1e-9)) }
+
+// Why a quantile is not judged (QuantileChange.NotJudged).
+const (
+	NotJudgedCensored   = "censored"
+	NotJudgedFewTrials  = "few-trials"
+	NotJudgedCrossCheck = "cross-check"
+)
 
 // QuantileChange is the change of one quantile of one metric.
 type QuantileChange struct {
@@ -83,25 +84,29 @@ type QuantileChange struct {
 	BaseNS   int64   `json:"base_ns"`
 	NewNS    int64   `json:"new_ns"`
 	DiffNS   int64   `json:"diff_ns"`
+	// BaseLower, NewLower: the quantile falls on a trial cut at the hold,
+	// its value is a floor.
+	BaseLower bool `json:"base_lower,omitempty"`
+	NewLower  bool `json:"new_lower,omitempty"`
 	// Rel is DiffNS / |BaseNS| (0 when BaseNS is 0).
 	Rel float64 `json:"rel"`
-	// CILoNS, CIHiNS bound the difference (seeded percentile bootstrap of
-	// both runs at the comparison's Level).
-	CILoNS int64 `json:"ci_lo_ns"`
-	CIHiNS int64 `json:"ci_hi_ns"`
-	// DetectableNS is the smallest change of this quantile the run sizes
-	// could have called worse or better: the larger of the interval's reach
-	// below and above the observed change (a shift by less leaves 0 inside
-	// the interval) and the least relevant change. 0 when not judged; Need
-	// is then the trials each run needs for the quantile to be judged.
-	DetectableNS int64 `json:"detectable_ns,omitempty"`
-	Need         int   `json:"need,omitempty"`
+	// CILoNS, CIHiNS bound the difference (percentile bootstrap of both
+	// runs, exact: ExactBootstrapQuantileDiffs, at Level = 1 − the test's
+	// share of the family error).
+	CILoNS int64   `json:"ci_lo_ns"`
+	CIHiNS int64   `json:"ci_hi_ns"`
+	Level  float64 `json:"level,omitempty"`
 	// Significant: the interval excludes 0. Relevant: |DiffNS| reaches
 	// max(MinChange, MinChangeRel·|BaseNS|). Judged: both runs have enough
-	// trials above the quantile (see Judged).
-	Significant bool `json:"significant"`
-	Relevant    bool `json:"relevant"`
-	Judged      bool `json:"judged"`
+	// trials above the quantile (see Judged) and neither falls on a trial
+	// cut at the hold; NotJudged says why not (NotJudgedCensored,
+	// NotJudgedFewTrials with Need the least run size that is judged, or
+	// NotJudgedCrossCheck).
+	Significant bool   `json:"significant"`
+	Relevant    bool   `json:"relevant"`
+	Judged      bool   `json:"judged"`
+	NotJudged   string `json:"not_judged,omitempty"`
+	Need        int    `json:"need,omitempty"`
 }
 
 // MetricChange is the comparison of one metric.
@@ -110,28 +115,64 @@ type MetricChange struct {
 	NBase   int              `json:"n_base"`
 	NNew    int              `json:"n_new"`
 	Changes []QuantileChange `json:"changes,omitempty"`
-	Verdict Verdict          `json:"verdict"`
+	// Tail is the tail test (nil when not made: the cross-check stage, or
+	// a run without the metric).
+	Tail    *TailChange `json:"tail,omitempty"`
+	Verdict Verdict     `json:"verdict"`
 }
 
 // Comparison is a baseline run against a new one.
 type Comparison struct {
 	Options CompareOptions `json:"-"`
-	// Tests is the number of metric × quantile tests made (judged); each
-	// ran at Level = 1 − FamilyError/Tests, from Resamples resamples.
-	Tests     int            `json:"tests"`
-	Level     float64        `json:"level"`
-	Resamples int            `json:"resamples"`
-	Metrics   []MetricChange `json:"metrics"`
+	// Tests is the number of tests made (judged quantiles and tail tests);
+	// WindowAlpha is the share of FamilyError the window's tests run at
+	// together, OtherAlpha the share every other test runs at, each.
+	Tests       int            `json:"tests"`
+	WindowAlpha float64        `json:"window_alpha,omitempty"`
+	OtherAlpha  float64        `json:"other_alpha,omitempty"`
+	Metrics     []MetricChange `json:"metrics"`
+}
+
+// allot splits FamilyError among the tests made (weighted Bonferroni:
+// the shares add up to at most FamilyError, so the chance that any test of
+// two like runs fires is at most that, whatever their dependence). The
+// window — what the recommendation rests on, and what a rerun after an
+// upgrade is about — gets half, split evenly between its tail test and its
+// judged quantiles; every other test shares the other half. A half with no
+// test goes to the other one.
+func allot(windowCentral, windowTail, others int) (tail, central, other float64) {
+	wTests := windowCentral + windowTail
+	wShare, oShare := FamilyError/2, FamilyError/2
+	switch {
+	case wTests == 0:
+		wShare, oShare = 0, FamilyError
+	case others == 0:
+		wShare, oShare = FamilyError, 0
+	}
+	if others > 0 {
+		other = oShare / float64(others)
+	}
+	switch {
+	case windowTail > 0 && windowCentral > 0:
+		tail, central = wShare/2, wShare/2/float64(windowCentral)
+	case windowTail > 0:
+		tail = wShare
+	case windowCentral > 0:
+		central = wShare / float64(windowCentral)
+	}
+	return tail, central, other
 }
 
 // Compare compares every metric of two closed summaries. The verdict rule:
 // a metric is worse when, for a judged quantile (see Judged: p50 from 10
 // trials, p95 from 100), the confidence interval of the difference lies
-// entirely above 0 AND the difference is relevant (see CompareOptions);
-// better symmetrically; worse wins over better (a fatter
-// tail with a faster median is still a regression); otherwise same. Noise —
-// a shift the interval cannot tell from 0, or a significant but tiny one —
-// is never called a regression.
+// entirely above 0 AND the difference is relevant (see CompareOptions), or
+// when the tail test (see tailTest) finds the new run's upper tail heavier
+// and its quantile there grew by a relevant amount; better when a judged
+// quantile is significantly and relevantly lower; worse wins over better
+// (a fatter tail with a faster median is still a regression); otherwise
+// same. Noise — a shift the tests cannot tell from 0, or a significant but
+// tiny one — is never called a regression.
 func Compare(base, next *Summary, o CompareOptions) *Comparison {
 	if o.MinChange <= 0 {
 		o.MinChange = DefaultMinChange
@@ -149,35 +190,49 @@ func Compare(base, next *Summary, o CompareOptions) *Comparison {
 		}
 	}
 	names = orderMetrics(names)
-	// Count the tests first: the level of each depends on how many there
+	// Count the tests first: the share of each depends on how many there
 	// are.
+	var wCentral, wTail, others int
 	for _, name := range names {
-		if name == StageServerDeleteTime {
+		if name == StageServerDeleteTime || base.samples[name].n() == 0 || next.samples[name].n() == 0 {
 			continue
 		}
+		central := 0
 		for _, q := range CompareQuantiles {
-			if judged(base, next, name, q) {
-				c.Tests++
+			if why, _ := notJudged(base, next, name, q); why == "" {
+				central++
 			}
 		}
+		if name == PointWindow {
+			wCentral, wTail = central, 1
+		} else {
+			others += central + 1
+		}
 	}
-	c.Level = 1 - FamilyError/float64(max(c.Tests, 1))
-	c.Resamples = max(CompareResamples, int(math.Ceil(tailResamples*2/(1-c.Level))))
+	c.Tests = wCentral + wTail + others
+	tailAlpha, centralAlpha, otherAlpha := allot(wCentral, wTail, others)
+	c.WindowAlpha, c.OtherAlpha = tailAlpha+centralAlpha*float64(wCentral), otherAlpha
 	for _, name := range names {
-		x, _ := base.Samples(name)
-		y, _ := next.Samples(name)
-		mc := MetricChange{Metric: name, NBase: len(x), NNew: len(y), Verdict: NotJudged}
-		if len(x) > 0 && len(y) > 0 {
-			cis, _ := BootstrapQuantileDiffs(x, y, CompareQuantiles, c.Resamples, c.Level, rngFor("compare/"+name))
+		x, y := base.samples[name], next.samples[name]
+		mc := MetricChange{Metric: name, NBase: x.n(), NNew: y.n(), Verdict: NotJudged}
+		if x.n() > 0 && y.n() > 0 {
+			qAlpha, tAlpha := otherAlpha, otherAlpha
+			if name == PointWindow {
+				qAlpha, tAlpha = centralAlpha, tailAlpha
+			}
+			if qAlpha <= 0 {
+				// No quantile of this metric is judged: its intervals are
+				// not shown, any level does.
+				qAlpha = FamilyError
+			}
+			level := 1 - qAlpha
+			cis, _ := ExactBootstrapQuantileDiffs(x.values, y.values, CompareQuantiles, level)
 			worse, better := false, false
 			for i, q := range CompareQuantiles {
-				qc := compareQuantile(q, base.samples[name], next.samples[name], cis[i], o)
-				qc.Judged = name != StageServerDeleteTime && judged(base, next, name, q)
-				if qc.Judged {
-					qc.DetectableNS = max(qc.DiffNS-qc.CILoNS, qc.CIHiNS-qc.DiffNS, int64(relevantChange(qc.BaseNS, o)))
-				} else {
-					qc.Need = int(math.Ceil(MinTailTrials/(1-q) - 1e-9))
-				}
+				qc := compareQuantile(q, x, y, cis[i], o)
+				qc.Level = level
+				qc.NotJudged, qc.Need = notJudged(base, next, name, q)
+				qc.Judged = qc.NotJudged == ""
 				mc.Changes = append(mc.Changes, qc)
 				if !qc.counts() {
 					continue
@@ -186,6 +241,12 @@ func Compare(base, next *Summary, o CompareOptions) *Comparison {
 					worse = true
 				} else {
 					better = true
+				}
+			}
+			if name != StageServerDeleteTime {
+				if t, ok := tailTest(x, y, tAlpha, o); ok {
+					mc.Tail = &t
+					worse = worse || t.counts()
 				}
 			}
 			switch {
@@ -204,20 +265,27 @@ func Compare(base, next *Summary, o CompareOptions) *Comparison {
 	return c
 }
 
-// judged reports whether a verdict may rest on quantile q of metric in both
-// runs: enough trials above it (Judged), and its rank held by a measured
-// trial in each, not by one cut at the hold.
-func judged(base, next *Summary, metric string, q float64) bool {
+// notJudged says why a bootstrap verdict may not rest on quantile q of
+// metric ("" when it may): too few trials above it (need is then the least
+// run size that is judged), or its rank held by a trial cut at the hold in
+// either run (the tail test reads those), or the 1 s cross-check.
+func notJudged(base, next *Summary, metric string, q float64) (why string, need int) {
 	x, y := base.samples[metric], next.samples[metric]
-	if x.n() == 0 || y.n() == 0 || !Judged(q, x.n(), y.n()) {
-		return false
+	switch {
+	case metric == StageServerDeleteTime:
+		return NotJudgedCrossCheck, 0
+	case x.n() == 0 || y.n() == 0:
+		return NotJudgedFewTrials, NeedTrials(q)
 	}
 	for _, s := range []*sample{x, y} {
 		if _, lower := s.rank(quantileRank(q, s.n())); lower {
-			return false
+			return NotJudgedCensored, 0
 		}
 	}
-	return true
+	if !Judged(q, x.n(), y.n()) {
+		return NotJudgedFewTrials, NeedTrials(q)
+	}
+	return "", 0
 }
 
 // orderMetrics puts names in report order (KnownMetrics), then the rest
@@ -245,9 +313,9 @@ func orderMetrics(names []string) []string {
 }
 
 func compareQuantile(q float64, x, y *sample, ci Interval, o CompareOptions) QuantileChange {
-	bq, _ := x.rank(quantileRank(q, x.n()))
-	nq, _ := y.rank(quantileRank(q, y.n()))
-	qc := QuantileChange{Quantile: q, BaseNS: int64(bq), NewNS: int64(nq), DiffNS: int64(nq - bq)}
+	bq, bl := x.rank(quantileRank(q, x.n()))
+	nq, nl := y.rank(quantileRank(q, y.n()))
+	qc := QuantileChange{Quantile: q, BaseNS: int64(bq), NewNS: int64(nq), DiffNS: int64(nq - bq), BaseLower: bl, NewLower: nl}
 	if bq != 0 {
 		qc.Rel = (nq - bq) / math.Abs(bq)
 	}
@@ -285,49 +353,56 @@ func signedDur(ns int64) string {
 }
 
 // NewCompareTextReporter renders a comparison as a table: per metric and
-// quantile the baseline, the new value, the difference with its interval,
-// and the metric's verdict.
+// judged quantile the baseline, the new value, the difference with its
+// interval; per metric its tail test; and the metric's verdict.
 func NewCompareTextReporter(c *Comparison) Reporter {
 	return func(w io.Writer) error {
 		e := &errWriter{w: w}
-		width := len("metric")
+		// The metric on a line of its own with its verdict, its rows
+		// indented below: names run to 35 runes, and the rows must fit 100
+		// columns.
+		e.printf("%-6s %3s %3s %9s %9s %9s %6s  %-21s %s\n", "q", "n0", "n1", "baseline", "new", "Δ", "Δ%", "CI of Δ / tail p", "why / above")
 		for _, m := range c.Metrics {
-			width = max(width, utf8.RuneCountInString(m.Metric))
-		}
-		pad := func(s string) string { return s + strings.Repeat(" ", width-utf8.RuneCountInString(s)) }
-		e.printf("%s %3s %3s %4s %8s %8s %8s %6s  %-21s %11s  %s\n", pad("metric"), "n0", "n1", "q", "baseline", "new", "Δ", "Δ%", trimFloat(c.Level*100)+"%"+" CI of Δ", "detectable", "verdict")
-		for _, m := range c.Metrics {
+			e.printf("%s: %s\n", m.Metric, m.Verdict)
 			if len(m.Changes) == 0 {
-				line := fmt.Sprintf("%s %3d %3d %4s %8s %8s %8s %6s  %-21s %11s  %s", pad(m.Metric), m.NBase, m.NNew, "", "-", "-", "-", "", "", "", m.Verdict)
-				e.printf("%s\n", strings.TrimRight(line, " "))
+				e.printf("%-6s %3d %3d\n", "", m.NBase, m.NNew)
 				continue
 			}
-			for i, qc := range m.Changes {
-				name, verdict := pad(""), ""
-				if i == 0 {
-					name, verdict = pad(m.Metric), string(m.Verdict)
-				}
-				mark := " "
-				if qc.counts() {
+			line := func(q, base, next, diff, rel, mark, ci, why string) {
+				l := fmt.Sprintf("  %-4s %3d %3d %9s %9s %9s %6s %s%-21s %s", q, m.NBase, m.NNew, base, next, diff, rel, mark, ci, why)
+				e.printf("%s\n", strings.TrimRight(l, " "))
+			}
+			for _, qc := range m.Changes {
+				mark, ci, why := " ", fmt.Sprintf("[%s, %s]", signedDur(qc.CILoNS), signedDur(qc.CIHiNS)), ""
+				switch {
+				case qc.counts():
 					mark = "*"
-				} else if !qc.Judged {
-					mark = "~"
-				}
-				rel := "-"
-				if qc.BaseNS != 0 {
-					rel = fmt.Sprintf("%+.0f%%", qc.Rel*100)
-				}
-				ci := fmt.Sprintf("[%s, %s]", signedDur(qc.CILoNS), signedDur(qc.CIHiNS))
-				detect := "±" + fmtDur(qc.DetectableNS)
-				if !qc.Judged {
-					detect = "-"
-					if qc.Need > 0 && m.Metric != StageServerDeleteTime {
-						detect = fmt.Sprintf("needs n=%d", qc.Need)
+				case !qc.Judged:
+					mark, ci = "~", ""
+					switch qc.NotJudged {
+					case NotJudgedCensored:
+						why = "censored"
+					case NotJudgedFewTrials:
+						why = fmt.Sprintf("needs n=%d", qc.Need)
+					case NotJudgedCrossCheck:
+						why = "1 s stamps"
 					}
 				}
-				line := fmt.Sprintf("%s %3d %3d %4s %8s %8s %8s %6s %s%-21s %11s  %s", name, m.NBase, m.NNew,
-					"p"+trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), signedDur(qc.DiffNS), rel, mark, ci, detect, verdict)
-				e.printf("%s\n", strings.TrimRight(line, " "))
+				line("p"+trimFloat(qc.Quantile*100), floorDur(qc.BaseNS, qc.BaseLower), floorDur(qc.NewNS, qc.NewLower),
+					signedDiff(qc.DiffNS, qc.NewLower, qc.BaseLower), relCell(qc.BaseNS, qc.Rel, qc.NewLower, qc.BaseLower), mark, ci, why)
+			}
+			if t := m.Tail; t != nil {
+				mark := "^"
+				if t.counts() {
+					mark = "*"
+				}
+				ci := "no threshold"
+				if t.K > 0 {
+					ci = fmt.Sprintf("p=%.2g (α %s)", t.P, pctFine(t.Alpha))
+				}
+				line("p"+trimFloat(math.Floor(t.Quantile*100)), fmtDur(t.BaseNS), floorDur(t.NewNS, t.NewLower),
+					signedDiff(t.NewNS-t.BaseNS, t.NewLower, false), relCell(t.BaseNS, t.Rel, t.NewLower, false), mark, ci,
+					fmt.Sprintf("%d→%d above %s", t.BaseAbove, t.NewAbove, fmtDur(t.ThresholdNS)))
 			}
 		}
 		for _, v := range []Verdict{Worse, Better} {
@@ -340,17 +415,87 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 			if len(names) == 0 {
 				names = []string{"none"}
 			}
-			e.printf("\n%s: %s", v, strings.Join(names, ", "))
+			for i, l := range wrap(strings.Split(string(v)+": "+strings.Join(names, ", "), " "), " ", 98) {
+				if i == 0 {
+					e.printf("\n%s", l)
+				} else {
+					e.printf("\n  %s", l)
+				}
+			}
 		}
 		e.printf("\n")
-		e.printf("\nn0, n1: trials of the baseline and the new run whose stages for the metric are valid.")
-		e.printf("\n%d tests made (metric × judged quantile); each interval is at %s = 1 − %s/%d, so that two runs of one\n  setup call anything worse or better with at most %s chance (Bonferroni; seeded bootstrap, %d resamples).",
-			c.Tests, trimFloat(c.Level*100)+"%", pct(FamilyError), max(c.Tests, 1), pct(FamilyError), c.Resamples)
-		e.printf("\n* a change whose interval excludes 0 and that reaches max(%s, %s%% of the baseline):\n  only such changes make a verdict.\n~ not judged: fewer than %d trials of a run lie above this quantile (n·(1−q) < %d), or it falls on a\n  trial cut at the hold.",
-			c.Options.MinChange, trimFloat(c.Options.MinChangeRel*100), MinTailTrials, MinTailTrials)
-		e.printf("\ndetectable: the smallest change of that quantile these run sizes could have called worse or better;\n  \"same\" means no change that large, not no change.\n")
+		legend := []string{
+			"n0, n1: trials of the baseline and the new run whose stages for the metric are valid; trials cut at the hold count, as at least what was seen (≥).",
+			fmt.Sprintf("%d tests made (judged quantiles and tail tests). Two runs of one setup call anything worse or better with at most %s chance (weighted Bonferroni): the window's tests share %s, every other test runs at %s.",
+				c.Tests, pct(FamilyError), pctFine(c.WindowAlpha), pctFine(c.OtherAlpha)),
+			fmt.Sprintf("CI of Δ: percentile-bootstrap interval at 1 − the test's share, from the exact bootstrap distribution (no resampling noise). * a change that makes the verdict: its test fires and it reaches max(%s, %s%% of the baseline).",
+				c.Options.MinChange, trimFloat(c.Options.MinChangeRel*100)),
+			fmt.Sprintf("~ not judged by bootstrap: censored (the quantile falls on a trial cut at the hold), or needs n (fewer than %d trials of a run above it).", MinTailTrials),
+			"^ the tail test (the last row of a metric, * when it fires): how many trials of each run lie above a threshold of the pooled trials (baseline → new), at the threshold where that split is least likely under \"same\"; p is exact (Fisher, over every labelling of the pool); the row shows both runs at the threshold's quantile. Trials cut at the hold count above it at their seen value.",
+			"\"same\" means no test fired: not \"proved equal\". Smaller runs see only larger changes (docs/compare.md: what 20 and 40 trials detect).",
+		}
+		for _, l := range legend {
+			for i, w := range wrap(strings.Fields(l), " ", 98) {
+				if i == 0 {
+					e.printf("\n%s", w)
+				} else {
+					e.printf("\n  %s", w)
+				}
+			}
+		}
+		e.printf("\n")
 		return e.err
 	}
+}
+
+// floorDur renders ns, "≥" first when it is a floor.
+func floorDur(ns int64, lower bool) string {
+	if lower {
+		return "≥" + fmtDur(ns)
+	}
+	return fmtDur(ns)
+}
+
+// signedDiff renders a difference; with a floor on one side it is only a
+// bound: "≥+…" when the new value is a floor, "≤…" when the baseline's is.
+func signedDiff(ns int64, newLower, baseLower bool) string {
+	switch {
+	case newLower && baseLower:
+		return "?"
+	case newLower:
+		return "≥" + signedDur(ns)
+	case baseLower:
+		return "≤" + signedDur(ns)
+	}
+	return signedDur(ns)
+}
+
+// relCell renders a relative change, as a bound when a floor is involved.
+func relCell(base int64, rel float64, newLower, baseLower bool) string {
+	if base == 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%+.0f%%", rel*100)
+	switch {
+	case newLower && baseLower:
+		return "?"
+	case newLower:
+		return "≥" + s
+	case baseLower:
+		return "≤" + s
+	}
+	return s
+}
+
+// pctFine renders a small share: 0.0125 as "1.25%", 0.0004 as "0.04%".
+func pctFine(f float64) string {
+	switch {
+	case f >= 0.01:
+		return trimFloat(f*100) + "%"
+	case f <= 0:
+		return "0%"
+	}
+	return fmt.Sprintf("%.2g%%", f*100)
 }
 
 // NewCompareJSONReporter renders a comparison as indented JSON.
@@ -375,15 +520,33 @@ type Thresholds struct {
 // Empty reports whether no threshold is set.
 func (t Thresholds) Empty() bool { return len(t.MaxP99) == 0 && t.MaxRegression == 0 }
 
-// Breach is one threshold a run broke.
+// Breach is one threshold a run broke. CannotTell is set when the run
+// cannot show the threshold was met: the value is only a floor (trials cut
+// at the hold) and the floor is within the limit — the true value may be
+// above it; a longer hold tells.
 type Breach struct {
-	Metric string `json:"metric"`
-	Rule   string `json:"rule"`
-	Detail string `json:"detail"`
+	Metric     string `json:"metric"`
+	Rule       string `json:"rule"`
+	Detail     string `json:"detail"`
+	CannotTell bool   `json:"cannot_tell,omitempty"`
 }
 
 // String renders a breach as "rule: metric: detail".
 func (b Breach) String() string { return fmt.Sprintf("%s: %s: %s", b.Rule, b.Metric, b.Detail) }
+
+// OnlyCannotTell reports whether every breach is a floor that could not be
+// judged (none is a certain breach): the run needs a longer hold, not a fix.
+func OnlyCannotTell(bs []Breach) bool {
+	for _, b := range bs {
+		if !b.CannotTell {
+			return false
+		}
+	}
+	return len(bs) > 0
+}
+
+// cannotTell is the detail's tail for a floor within a limit.
+const cannotTell = "cannot tell: rerun with a longer --hold"
 
 // KnownMetrics are the names a threshold may name: every point and delta.
 func KnownMetrics() []string {
@@ -442,17 +605,29 @@ func ParseRegression(s string) (float64, error) {
 
 // Check returns every breach of t by the new run next and, when not nil,
 // its comparison with a baseline. A --max-p99 metric without samples is a
-// breach: a gate must not pass for want of evidence.
+// breach: a gate must not pass for want of evidence. A floor (the value
+// falls on a trial cut at the hold) above the limit is a breach; a floor
+// within it is one that cannot be told (CannotTell): the limit was not
+// shown to be met.
 func (t Thresholds) Check(next *Summary, c *Comparison) []Breach {
 	var out []Breach
 	for _, name := range orderMetrics(keys(t.MaxP99)) {
 		limit := t.MaxP99[name]
 		d, ok := next.Dist(name)
+		label := "p99"
+		if d.N > 0 && d.N < MaxIsQuantile(0.99) {
+			label = fmt.Sprintf("p99 (the largest of %d trials)", d.N)
+		}
 		switch {
 		case !ok:
-			out = append(out, Breach{name, "max-p99", fmt.Sprintf("no valid trial measured it (limit %s)", limit)})
+			out = append(out, Breach{Metric: name, Rule: "max-p99", Detail: fmt.Sprintf("no valid trial measured it (limit %s)", limit)})
+		case d.Lower(0.99) && time.Duration(d.P99NS) > limit:
+			out = append(out, Breach{Metric: name, Rule: "max-p99", Detail: fmt.Sprintf("%s ≥ %s > %s (n=%d, %d cut at the hold)", label, fmtDur(d.P99NS), limit, d.N, d.Censored)})
+		case d.Lower(0.99):
+			out = append(out, Breach{Metric: name, Rule: "max-p99", CannotTell: true,
+				Detail: fmt.Sprintf("%s ≥ %s, only a floor (n=%d, %d cut at the hold), limit %s: %s", label, fmtDur(d.P99NS), d.N, d.Censored, limit, cannotTell)})
 		case time.Duration(d.P99NS) > limit:
-			out = append(out, Breach{name, "max-p99", fmt.Sprintf("p99 %s > %s (n=%d)", fmtDur(d.P99NS), limit, d.N)})
+			out = append(out, Breach{Metric: name, Rule: "max-p99", Detail: fmt.Sprintf("%s %s > %s (n=%d)", label, fmtDur(d.P99NS), limit, d.N)})
 		}
 	}
 	if t.MaxRegression > 0 && c != nil {
@@ -460,17 +635,46 @@ func (t Thresholds) Check(next *Summary, c *Comparison) []Breach {
 			if m.Verdict != Worse {
 				continue
 			}
-			for _, qc := range m.Changes {
-				if qc.counts() && qc.DiffNS > 0 && (qc.BaseNS <= 0 || qc.Rel > t.MaxRegression) {
-					out = append(out, Breach{m.Metric, "max-regression", fmt.Sprintf("p%s %s → %s (%+.0f%% > %s%%, %s%% CI of Δ %s … %s)",
-						trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), qc.Rel*100, trimFloat(t.MaxRegression*100),
-						trimFloat(c.Level*100)+"%", signedDur(qc.CILoNS), signedDur(qc.CIHiNS))})
-					break
-				}
+			if b, ok := t.regression(m); ok {
+				out = append(out, b)
 			}
 		}
 	}
 	return out
 }
+
+// regression is the --max-regression breach of a metric judged worse: the
+// first judged quantile, or else the tail test, whose growth exceeds the
+// limit; a growth within the limit measured against a floor cannot be told.
+func (t Thresholds) regression(m MetricChange) (Breach, bool) {
+	limit := trimFloat(t.MaxRegression*100) + "%"
+	for _, qc := range m.Changes {
+		if qc.counts() && qc.DiffNS > 0 && (qc.BaseNS <= 0 || qc.Rel > t.MaxRegression) {
+			return Breach{Metric: m.Metric, Rule: "max-regression", Detail: fmt.Sprintf("p%s %s → %s (%+.0f%% > %s, %s CI of Δ %s … %s)",
+				trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), qc.Rel*100, limit,
+				trimFloat(qc.Level*100)+"%", signedDur(qc.CILoNS), signedDur(qc.CIHiNS))}, true
+		}
+	}
+	tl := m.Tail
+	if !tl.counts() {
+		return Breach{}, false
+	}
+	q := "p" + trimFloat(math.Floor(tl.Quantile*100))
+	tail := fmt.Sprintf("tail: %d of %d new trials above %s against %d of %d, p=%.2g", tl.NewAbove, m.NNew, fmtDur(tl.ThresholdNS), tl.BaseAbove, m.NBase, tl.P)
+	switch {
+	case tl.BaseNS <= 0 || tl.Rel > t.MaxRegression:
+		return Breach{Metric: m.Metric, Rule: "max-regression", Detail: fmt.Sprintf("%s %s → %s (%s%+.0f%% > %s; %s)",
+			q, fmtDur(tl.BaseNS), floorDur(tl.NewNS, tl.NewLower), map[bool]string{true: "≥", false: ""}[tl.NewLower], tl.Rel*100, limit, tail)}, true
+	case tl.NewLower:
+		return Breach{Metric: m.Metric, Rule: "max-regression", CannotTell: true, Detail: fmt.Sprintf("%s %s → %s (≥%+.0f%%, only a floor, limit %s; %s): %s",
+			q, fmtDur(tl.BaseNS), floorDur(tl.NewNS, true), tl.Rel*100, limit, tail, cannotTell)}, true
+	}
+	return Breach{}, false
+}
+
+// MaxIsQuantile is the least n at which the empirical q-quantile is not the
+// largest trial: n ≥ 1/(1−q) (100 for p99, 20 for p95). Below it a column
+// labelled p99 would be the maximum.
+func MaxIsQuantile(q float64) int { return int(math.Ceil(1/(1-q) - 1e-9)) }
 
 func keys(m map[string]time.Duration) []string { return slices.Collect(maps.Keys(m)) }

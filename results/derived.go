@@ -177,3 +177,26 @@ func (r *Record) MaxUncertainty(name string) time.Duration {
 	}
 	return time.Duration(u)
 }
+
+// LongestWindow is the longest window of every trial whose window is valid
+// (Record.PointValid(PointWindow)), a trial cut at the hold included at
+// its seen value: its true window is at least that, so leaving it out
+// would only shorten the longest. censored reports whether the longest is
+// such a floor; ok is false when no trial has a valid window. verify
+// --window-from reads it.
+func LongestWindow(trials []Record) (longest time.Duration, censored, ok bool) {
+	for i := range trials {
+		r := &trials[i]
+		if !r.PointValid(PointWindow) {
+			continue
+		}
+		w, has := r.Window()
+		if !has {
+			continue
+		}
+		if !ok || w > longest || (w == longest && r.Censored()) {
+			longest, censored, ok = w, r.Censored(), true
+		}
+	}
+	return longest, censored, ok
+}

@@ -130,3 +130,26 @@ func TestInvalidReason(t *testing.T) {
 		}
 	}
 }
+
+// verify --window-from: the longest valid window, a trial cut at the hold
+// counted at its seen value (and said to be a floor), a trial whose probe
+// record was lost (its window invalid) left out.
+func TestLongestWindow(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	trial := func(w time.Duration, reasons ...Reason) Record {
+		return Record{Kind: KindTrial, Valid: len(reasons) == 0, Reasons: reasons, T0: t0,
+			Stages: []Stage{{Name: StageLastRequest, At: t0.Add(w), OffsetNS: int64(w), Clock: ClockPod}}}
+	}
+	measured := trial(3 * time.Second)
+	cut := trial(5*time.Second, Reason{Code: ReasonHoldReached})
+	lost := trial(9*time.Second, Reason{Code: ReasonProbeUnreadable})
+	if w, censored, ok := LongestWindow([]Record{measured, cut, lost}); !ok || w != 5*time.Second || !censored {
+		t.Errorf("LongestWindow = %v, censored %t, ok %t; want 5s from the trial cut at the hold", w, censored, ok)
+	}
+	if w, censored, ok := LongestWindow([]Record{measured, lost}); !ok || w != 3*time.Second || censored {
+		t.Errorf("without the cut trial: %v, %t, %t; want 3s, measured", w, censored, ok)
+	}
+	if _, _, ok := LongestWindow([]Record{lost}); ok {
+		t.Error("only an invalid window: ok, want none")
+	}
+}

@@ -49,6 +49,25 @@ type Recommendation struct {
 // fell on a trial cut at the hold, so a longer hold is needed to know it.
 func (r *Recommendation) LowerBound() bool { return r != nil && r.Bound.LowerBound }
 
+// LongerHold is the hold to rerun with when a run's recommendation is only
+// a floor: three times the last one (hold), in whole minutes from a minute
+// on, else whole seconds.
+func LongerHold(hold time.Duration) time.Duration {
+	next := 3 * hold
+	if next >= time.Minute {
+		return next.Round(time.Minute)
+	}
+	return max(next.Round(time.Second), time.Second)
+}
+
+// rerunHold is "--hold 3m0s" from the run's header, or "a longer --hold".
+func rerunHold(h *Header) string {
+	if h == nil || h.HoldNS <= 0 {
+		return "a longer --hold"
+	}
+	return "--hold " + LongerHold(time.Duration(h.HoldNS)).String()
+}
+
 // PreStop is the recommended preStop sleep.
 func (r *Recommendation) PreStop() time.Duration {
 	return time.Duration(r.PreStopSeconds) * time.Second

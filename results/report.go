@@ -155,10 +155,16 @@ func failuresLine(m map[string]int) string {
 }
 
 // cell renders a distribution's p-percentile (1 for the maximum) ns, "≥"
-// when it is a censored trial's floor.
+// when it is a censored trial's floor, "max" when there are too few trials
+// for it to be anything but the largest (see maxLegend).
 func cell(d Dist, ns int64, p float64) string {
 	if d.N == 0 {
 		return "-"
+	}
+	if p < 1 && d.N < MaxIsQuantile(p) {
+		// Under 1/(1−p) trials the empirical p-percentile is the largest
+		// trial: a column headed p99 must not present it as one.
+		return "max"
 	}
 	if d.Lower(p) {
 		return "≥" + fmtDur(ns)
@@ -182,6 +188,26 @@ func boundCells(d Dist) (u, covers string) {
 		covers += "*"
 	}
 	return u, covers
+}
+
+// maxLegend explains "max" in a percentile column, when some distribution
+// has too few trials for one ("" otherwise).
+func maxLegend(d *SummaryDoc) string {
+	for _, x := range d.allDists() {
+		if x.N > 0 && x.N < MaxIsQuantile(0.99) {
+			return fmt.Sprintf("max in a p50–p99 column: under 1/(1−q) trials (p90: %d, p95: %d, p99: %d) that percentile is the largest trial, not an estimate of it; the max column shows its value.",
+				MaxIsQuantile(0.9), MaxIsQuantile(0.95), MaxIsQuantile(0.99))
+		}
+	}
+	return ""
+}
+
+// withSpace is s and a space, or "" for "".
+func withSpace(s string) string {
+	if s == "" {
+		return ""
+	}
+	return s + " "
 }
 
 // boundLegend explains the U and covers columns.
@@ -233,6 +259,15 @@ func NewTextReporter(s *Summary) Reporter {
 			table("stage to stage", d.Deltas, false)
 		}
 		e.printf("\nwindow = max(last_accept, last_request) − T0; ± is the largest error bound of a sample; ≥ marks a\nfloor from trials cut at the hold.\n")
+		if l := maxLegend(d); l != "" {
+			for i, w := range wrap(strings.Fields(l), " ", 100) {
+				if i == 0 {
+					e.printf("%s\n", w)
+				} else {
+					e.printf("  %s\n", w)
+				}
+			}
+		}
 		for i, l := range wrap(strings.Fields(boundLegend(d)), " ", 100) {
 			if i == 0 {
 				e.printf("%s\n", l)
@@ -353,7 +388,14 @@ func NewMarkdownReporter(s *Summary) Reporter {
 		}
 		if r := d.Recommendation; r != nil {
 			e.printf("### Recommended settings\n\n")
-			e.printf("```yaml\nspec:\n  terminationGracePeriodSeconds: %d\n  containers:\n  - name: app   # every container that serves traffic\n    lifecycle:\n      preStop:\n        sleep:\n          seconds: %d\n```\n\n", r.GraceSeconds, r.PreStopSeconds)
+			floor := ""
+			if r.LowerBound() {
+				// A floor pasted as a plain number would be taken for the
+				// answer: the YAML itself says it is not.
+				floor = "   # at least: rerun with " + rerunHold(h) + " (trials cut at the hold)"
+				e.printf("**Only a lower bound**: the bound fell on a trial cut at the hold, so these are at least what the windows need, not enough.\n\n")
+			}
+			e.printf("```yaml\nspec:\n  terminationGracePeriodSeconds: %d%s\n  containers:\n  - name: app   # every container that serves traffic\n    lifecycle:\n      preStop:\n        sleep:\n          seconds: %d%s\n```\n\n", r.GraceSeconds, floor, r.PreStopSeconds, floor)
 			e.printf("The `sleep` handler needs Kubernetes 1.30 or later; elsewhere use `exec: {command: [\"sleep\", \"%d\"]}` in an image with `sleep`, or delay shutdown in the app by as much.\n\n", r.PreStopSeconds)
 			for _, l := range r.Formula() {
 				e.printf("- `%s`\n", l)
@@ -378,8 +420,8 @@ func NewMarkdownReporter(s *Summary) Reporter {
 		if len(d.Deltas) > 0 {
 			mdTable("stage to stage", d.Deltas)
 		}
-		e.printf("`window` is the last new traffic the pod received (max of `last_accept`, `last_request`) after T0; ≥ marks a floor from trials cut at the hold. %s Client failures: valid trials %s; all trials %s.\n\n",
-			boundLegend(d), failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
+		e.printf("`window` is the last new traffic the pod received (max of `last_accept`, `last_request`) after T0; ≥ marks a floor from trials cut at the hold. %s%s Client failures: valid trials %s; all trials %s.\n\n",
+			withSpace(maxLegend(d)), boundLegend(d), failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
 		if len(d.Paths) > 0 {
 			header, rows := pathRows(d)
 			e.printf("### Paths side by side\n\n| %s |\n|---|---|%s\n", strings.Join(header, " | "), strings.Repeat("--:|", len(header)-2))

@@ -24,14 +24,17 @@ func compareCommand() *cli.Command {
 		UsageText: `epwindow compare before-upgrade.jsonl after-upgrade.jsonl
    epwindow compare --max-p99 window=3s --max-p99 upstream_removed=2s --max-regression 20% base.jsonl new.jsonl`,
 		Description: `For every stage and stage-to-stage delta, shows the change of p50, p95 and p99 with a seeded
-bootstrap confidence interval, and a verdict: worse (or better) only when the interval of the change
-excludes 0 AND the change reaches --min-change and --min-change-pct of the baseline, on a quantile
-with at least 5 trials of each run above it (p50 from 10 trials, p95 from 100). Each interval is at
-1 − 5%/tests, tests being the metric × quantile tests actually judged (Bonferroni), so two runs of
-one setup are called different with at most 5% chance. Each quantile shows the smallest change the
-run sizes could have detected: "same" is not "proved equal". Thresholds gate a pipeline: --max-p99
-caps a stage's p99 in NEW, --max-regression caps the growth of a quantile judged worse.
-Exit codes: 0 met, 2 bad input, 3 breached.`,
+bootstrap confidence interval, and a tail test: how many trials of each run lie above a threshold
+of the pooled trials, judged exactly (Fisher) — trials cut at the hold count there at their seen
+value. A metric is worse when a quantile with at least 5 trials of each run above it (p50 from 10
+trials) has an interval above 0, or the tail test fires, AND the change reaches --min-change and
+--min-change-pct of the baseline; better symmetrically, by the quantiles. The tests share 5%
+(weighted Bonferroni: half to the window), so two runs of one setup are called different with at
+most 5% chance. "same" is not "proved equal": see docs/compare.md for what 20, 40 and 120 trials
+detect. Thresholds gate a pipeline: --max-p99 caps a stage's p99 in NEW, --max-regression caps the
+growth of a quantile (or tail) judged worse; a floor from trials cut at the hold that is within a
+limit cannot show it was met.
+Exit codes: 0 met, 2 bad input, 3 breached, 6 a limit met only by a floor: rerun with a longer --hold.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text or json"},
 			&cli.StringSliceFlag{Name: flagMaxP99, Usage: "fail (exit 3) when NEW's p99 of a stage exceeds a bound, e.g. window=3s (repeatable; a delta as from->to)"},
@@ -128,7 +131,17 @@ func runCompare(c *cli.Context) error {
 	for _, br := range breaches {
 		fmt.Fprintf(&b, "\n  %s", br)
 	}
-	return cli.Exit(b.String(), exitThreshold)
+	return cli.Exit(b.String(), breachCode(breaches))
+}
+
+// breachCode is the exit code of breached thresholds: exitLowerBound when
+// every breach is a floor within its limit (the run cannot tell; a longer
+// --hold can), else exitThreshold.
+func breachCode(bs []results.Breach) int {
+	if results.OnlyCannotTell(bs) {
+		return exitLowerBound
+	}
+	return exitThreshold
 }
 
 // compareRunLine describes a run in a line: its trials and where it was measured.

@@ -63,5 +63,5 @@ func gate(w io.Writer, next *results.Summary, t results.Thresholds, base *result
 	for _, b := range breaches {
 		msg += "\n  " + b.String()
 	}
-	return exitThreshold, fmt.Errorf("%s", msg)
+	return breachCode(breaches), fmt.Errorf("%s", msg)
 }

@@ -51,14 +51,7 @@ func holdOf(h *results.Header) time.Duration {
 	return defaultHold
 }
 
-// longerHold suggests the hold to rerun with: three times the last one,
-// in whole minutes from a minute on, else whole seconds.
-func longerHold(hold time.Duration) time.Duration {
-	next := 3 * hold
-	if next >= time.Minute {
-		return next.Round(time.Minute)
-	}
-	return max(next.Round(time.Second), time.Second)
-}
+// longerHold suggests the hold to rerun with (results.LongerHold).
+func longerHold(hold time.Duration) time.Duration { return results.LongerHold(hold) }
 
 func trimPct(f float64) string { return fmt.Sprintf("%.4g%%", f*100) }

@@ -27,12 +27,15 @@ const (
 	flagIgnore      = "ignore"
 	flagCluster     = "cluster"
 	flagAllNS       = "all-namespaces"
+	// flagAcceptLowerBound takes a recommendation that is only a floor.
+	flagAcceptLowerBound = "accept-lower-bound"
 )
 
 // numberFlags give the number lint and policy hold workloads to.
 func numberFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: flagFrom, Usage: "a measure results file: hold workloads to its recommended preStop and grace period", Category: "Number"},
+		&cli.BoolFlag{Name: flagAcceptLowerBound, Usage: "take --from's recommendation even when it is only a lower bound (trials cut at the hold): workloads are held to at least that", Category: "Number"},
 		&cli.DurationFlag{Name: flagPreStop, Usage: "the preStop the propagation window needs (instead of --from)", Category: "Number"},
 		&cli.DurationFlag{Name: measure.FlagDrain, Usage: "longest request the app finishes after SIGTERM (default: the results file's, else 0)", Category: "Number"},
 		&cli.DurationFlag{Name: flagHeadroom, Usage: fmt.Sprintf("added to preStop + drain for the grace period (default %s)", results.DefaultHeadroom), Category: "Number"},
@@ -71,8 +74,27 @@ func lintTarget(c *cli.Context) (lint.Target, error) {
 	if rec == nil {
 		return lint.Target{}, fmt.Errorf("--%s %s: no recommendation (no valid trial recorded the traffic end and a termination signal); see epwindow report %s", flagFrom, from, from)
 	}
+	if rec.LowerBound() && !c.Bool(flagAcceptLowerBound) {
+		return lint.Target{}, &lowerBoundError{fmt.Sprintf("--%s %s: the recommendation is only a lower bound (preStop ≥ %ds: %d of %d trials ran into the hold, and its bound fell on one): rerun epwindow measure with --%s %s, or pass --%s to hold workloads to at least that",
+			flagFrom, from, rec.PreStopSeconds, rec.Censored, rec.N, measure.FlagHold, longerHold(holdOf(file.Header)), flagAcceptLowerBound)}
+	}
 	t := lint.FromRecommendation(rec, from)
 	return t, t.Validate()
+}
+
+// lowerBoundError is lintTarget's refusal of a recommendation that is only
+// a floor: the commands exit exitLowerBound on it, as measure does.
+type lowerBoundError struct{ msg string }
+
+func (e *lowerBoundError) Error() string { return e.msg }
+
+// targetExit is the exit code of a lintTarget error.
+func targetExit(err error) int {
+	var lb *lowerBoundError
+	if errors.As(err, &lb) {
+		return exitLowerBound
+	}
+	return exitUsage
 }
 
 // httpSleeps reads --http-prestop PATH=DUR.
@@ -143,7 +165,7 @@ func runLint(c *cli.Context) error {
 	}
 	target, err := lintTarget(c)
 	if err != nil {
-		return fail(exitUsage, "%v", err)
+		return fail(targetExit(err), "%v", err)
 	}
 	opts := lint.Options{Target: target}
 	if opts.HTTPSleeps, err = httpSleeps(c); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -162,6 +163,29 @@ func TestPolicyCommand(t *testing.T) {
 		}
 		if exitCode(err) != 2 || !strings.Contains(err.Error(), flag) {
 			t.Errorf("policy %s: want exit 2 naming %s, got %v", args, flag, err)
+		}
+	}
+}
+
+// A recommendation that is only a floor (its bound fell on a trial cut at
+// the hold: results' censored.jsonl) is not a number to hold workloads to:
+// lint --from and policy --from refuse it (exit 6, naming the rerun)
+// unless --accept-lower-bound says to hold them to at least that.
+func TestFromRefusesLowerBound(t *testing.T) {
+	dir := t.TempDir()
+	manifest := filepath.Join(dir, "app.yaml")
+	if err := os.WriteFile(manifest, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	from := testdata("censored.jsonl")
+	for _, args := range [][]string{{"lint", "--from", from, manifest}, {"policy", "--from", from}} {
+		_, err := runApp(t, args...)
+		if code := exitCode(err); code != exitLowerBound || !strings.Contains(err.Error(), "--hold 8s") || !strings.Contains(err.Error(), "--accept-lower-bound") {
+			t.Errorf("%v: exit %d (%v), want %d naming --hold 8s and --accept-lower-bound", args, code, err, exitLowerBound)
+		}
+		accepted := append([]string{args[0], "--accept-lower-bound"}, args[1:]...)
+		if _, err := runApp(t, accepted...); exitCode(err) != 0 {
+			t.Errorf("%v: exit %d (%v), want 0", accepted, exitCode(err), err)
 		}
 	}
 }

@@ -412,11 +412,16 @@ func progressLine(u measure.Progress) string {
 	if u.Phase != "trial" && u.Trial > 0 {
 		done = u.Trial
 	}
-	done = max(0, min(done, u.Trials))
+	total := u.Trials + u.Extra
+	done = max(0, min(done, total))
 	bar := ""
-	if u.Trials > 0 {
-		n := done * width / u.Trials
-		bar = "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "] " + fmt.Sprintf("%d/%d ", done, u.Trials)
+	if total > 0 {
+		n := done * width / total
+		bar = "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "] " + fmt.Sprintf("%d/%d ", done, total)
+		if u.Extra > 0 {
+			// Trials beyond --trials replace ones without a valid window.
+			bar += fmt.Sprintf("(%d + %d of at most %d more for trials without a valid window) ", u.Trials, u.Extra, u.MaxExtra)
+		}
 	}
 	s := bar + u.Phase
 	if u.Stage != "" {

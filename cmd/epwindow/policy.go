@@ -48,7 +48,7 @@ func runPolicy(c *cli.Context) error {
 	}
 	target, err := lintTarget(c)
 	if err != nil {
-		return fail(exitUsage, "%v", err)
+		return fail(targetExit(err), "%v", err)
 	}
 	o := lint.PolicyOptions{Target: target, Name: c.String(flagPolicyName)}
 	if o.HTTPSleeps, err = httpSleeps(c); err != nil {

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"os"
 	"path"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/results"
 	"github.com/epwindow/epwindow/verify"
 )
 
@@ -125,18 +125,13 @@ func verifyConfig(c *cli.Context) (verify.Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("--%s: %w", verify.FlagWindowFrom, err)
 		}
-		var ws []time.Duration
-		for i := range file.Trials {
-			if w, ok := file.Trials[i].Window(); ok && file.Trials[i].Valid {
-				ws = append(ws, w)
-			}
+		// The longest window seen, a trial cut at the hold at least its
+		// seen value: the test must see even that one.
+		w, _, ok := results.LongestWindow(file.Trials)
+		if !ok {
+			return cfg, fmt.Errorf("--%s %s: no trial with a valid window", verify.FlagWindowFrom, p)
 		}
-		if len(ws) == 0 {
-			return cfg, fmt.Errorf("--%s %s: no valid trial with a window", verify.FlagWindowFrom, p)
-		}
-		sort.Slice(ws, func(i, j int) bool { return ws[i] < ws[j] })
-		// The longest window seen: the test must see even that one.
-		cfg.Window, cfg.WindowSource = ws[len(ws)-1], p
+		cfg.Window, cfg.WindowSource = w, p
 	}
 	if _, ok := verify.Reporters[c.String(flagFormat)]; !ok {
 		return cfg, fmt.Errorf("--%s %q: want text, json or markdown", flagFormat, c.String(flagFormat))

@@ -113,3 +113,36 @@ func describe(m results.MetricChange) string {
 	}
 	return b.String()
 }
+
+// Two real runs, Skipper polling every 1 s and then every 4 s: compare
+// calls the window worse, and the reason is a test that fires with room to
+// spare (the tail test at a tenth of its share of the family error, or the
+// median's interval clear of 0), not a borderline draw; the upstream stage
+// the poll delays is worse too, the EndpointSlice stage it does not touch
+// is not. --max-regression 20% exits 3 naming the window.
+func TestComparePollRegression(t *testing.T) {
+	text, stderr, code := epwindow(t, "compare", base.path, slow.path)
+	if code != 0 {
+		t.Fatalf("compare exited %d; stderr:\n%s", code, stderr)
+	}
+	t.Logf("epwindow compare (Skipper poll %s → %s):\n%s", base.poll, slow.poll, text)
+	c, stderr, code := compareJSON(t, base.path, slow.path, "--max-regression", "20%")
+	m, ok := c.Metric(results.PointWindow)
+	if !ok {
+		t.Fatalf("no window in the comparison (metrics: %s)", metricNames(c))
+	}
+	tailFires := m.Tail != nil && m.Tail.Significant && m.Tail.Relevant && m.Tail.P <= m.Tail.Alpha/10
+	medianFires := len(m.Changes) > 0 && m.Changes[0].Judged && m.Changes[0].CILoNS > 0 && m.Changes[0].Relevant
+	if m.Verdict != results.Worse || !(tailFires || medianFires) {
+		t.Errorf("window: verdict %q, tail %+v; want worse by a test with room to spare\n%s", m.Verdict, m.Tail, describe(m))
+	}
+	if u, _ := c.Metric(results.StageUpstreamRemoved); u.Verdict != results.Worse {
+		t.Errorf("upstream_removed: verdict %q, want worse (the poll delays it)\n%s", u.Verdict, describe(u))
+	}
+	if s, _ := c.Metric(results.StageSliceNotReady); s.Verdict == results.Worse {
+		t.Errorf("slice_not_ready: worse, but the poll does not reach it\n%s", describe(s))
+	}
+	if code != 3 || !strings.Contains(stderr, "max-regression: window:") {
+		t.Errorf("compare --max-regression 20%%: exit %d, want 3 naming window; stderr:\n%s", code, stderr)
+	}
+}

@@ -1,0 +1,235 @@
+package results
+
+import (
+	"math"
+	"slices"
+)
+
+// The tail test: does the new run put more trials into the upper tail than
+// the baseline? It is what lets compare see, at 20–60 trials, a regression
+// that only some deletions suffer (a slow mode, windows cut at the hold),
+// which no bootstrap of a p95 or p99 can: at these sizes those are the
+// largest trial or two, and a resample never reaches above the maximum.
+//
+// Both runs are pooled and sorted. For every K up to a quarter of the pool whose
+// K-th largest value is strictly above the next (so that "the K largest"
+// is a threshold on values, not a choice among ties), count how many of
+// the K largest are the new run's: under "same distribution" the two runs'
+// trials are exchangeable, so given the pool that count is
+// Hypergeometric(N, K, n1), and P(count ≥ seen) is Fisher's exact one-sided
+// p-value for that threshold. The thresholds are functions of the pool
+// alone (never of which run a value came from), which is what makes the
+// margins of every 2×2 table fixed and the test exact; a threshold from
+// the baseline alone is not (the baseline's own maximum is then never
+// exceeded by the baseline). The statistic is the smallest of those
+// p-values, over every threshold, so one test serves a slow mode in 5% of
+// deletions and a shift of the whole upper half alike; its own p-value is
+// the exact probability, over every way of labelling the pool, that some
+// threshold reaches a p-value that small (tailPValue: a walk down the
+// sorted pool, dynamic programming, no simulation).
+//
+// A censored trial enters at its seen value: its true value is at least
+// that, so a censored trial above a threshold is an exceedance whatever it
+// would have been — evidence of a regression, not a reason to withhold
+// the verdict. Under "same distribution" with the same hold, seen values
+// are as exchangeable as true ones, so the test stays exact.
+
+// TailChange is the tail test of one metric.
+type TailChange struct {
+	// K is how many of the pooled trials lie above ThresholdNS; BaseAbove
+	// and NewAbove split them between the runs (censored trials included,
+	// at their seen value; BaseCensored and NewCensored of them were cut at
+	// the hold).
+	ThresholdNS  int64 `json:"threshold_ns"`
+	K            int   `json:"k"`
+	BaseAbove    int   `json:"base_above"`
+	NewAbove     int   `json:"new_above"`
+	BaseCensored int   `json:"base_censored_above,omitempty"`
+	NewCensored  int   `json:"new_censored_above,omitempty"`
+	// Quantile is the pooled quantile of the threshold, 1 − K/N; BaseNS and
+	// NewNS are each run's empirical Quantile-quantile, NewLower set when
+	// the new run's is a floor (it falls on a censored trial), and Rel is
+	// their relative change.
+	Quantile float64 `json:"quantile"`
+	BaseNS   int64   `json:"base_ns"`
+	NewNS    int64   `json:"new_ns"`
+	NewLower bool    `json:"new_lower,omitempty"`
+	Rel      float64 `json:"rel"`
+	// P is the test's exact p-value (the smallest Fisher p over every
+	// threshold, itself calibrated over every labelling of the pool); Alpha
+	// is the share of the family error the test runs at.
+	P     float64 `json:"p"`
+	Alpha float64 `json:"alpha"`
+	// Significant: P ≤ Alpha. Relevant: NewNS − BaseNS reaches the least
+	// relevant change (see CompareOptions).
+	Significant bool `json:"significant"`
+	Relevant    bool `json:"relevant"`
+}
+
+// counts reports whether the tail test makes the metric worse.
+func (t *TailChange) counts() bool { return t != nil && t.Significant && t.Relevant }
+
+// tailTest runs the tail test on base x and new y (each a sample: values
+// with censoring); ok is false when either run is empty.
+func tailTest(x, y *sample, alpha float64, o CompareOptions) (TailChange, bool) {
+	n0, n1 := x.n(), y.n()
+	if n0 == 0 || n1 == 0 {
+		return TailChange{}, false
+	}
+	type item struct {
+		v        float64
+		isNew    bool
+		censored bool
+	}
+	pool := make([]item, 0, n0+n1)
+	for i, v := range x.values {
+		pool = append(pool, item{v, false, x.censored[i]})
+	}
+	for i, v := range y.values {
+		pool = append(pool, item{v, true, y.censored[i]})
+	}
+	// Descending; the order within ties does not matter (only thresholds
+	// between distinct values are used).
+	slices.SortStableFunc(pool, func(a, b item) int {
+		switch {
+		case a.v > b.v:
+			return -1
+		case a.v < b.v:
+			return 1
+		}
+		return 0
+	})
+	n := len(pool)
+	ks := tailThresholds(pool, func(a item) float64 { return a.v })
+	newAbove := make([]int, n+1)
+	for i, it := range pool {
+		newAbove[i+1] = newAbove[i]
+		if it.isNew {
+			newAbove[i+1]++
+		}
+	}
+	best, bestK := 2.0, 0
+	for _, k := range ks {
+		if p := hyperUpperTail(n, k, n1, newAbove[k]); p < best {
+			best, bestK = p, k
+		}
+	}
+	t := TailChange{Alpha: alpha, P: 1}
+	if bestK == 0 {
+		return t, true // no threshold: every value tied
+	}
+	t.K = bestK
+	t.ThresholdNS = int64(pool[bestK].v)
+	for _, it := range pool[:bestK] {
+		switch {
+		case it.isNew:
+			t.NewAbove++
+			if it.censored {
+				t.NewCensored++
+			}
+		default:
+			t.BaseAbove++
+			if it.censored {
+				t.BaseCensored++
+			}
+		}
+	}
+	t.P = tailPValue(n, n1, ks, best)
+	t.Quantile = 1 - float64(bestK)/float64(n)
+	bq, _ := x.rank(quantileRank(t.Quantile, n0))
+	nq, lower := y.rank(quantileRank(t.Quantile, n1))
+	t.BaseNS, t.NewNS, t.NewLower = int64(bq), int64(nq), lower
+	if bq != 0 {
+		t.Rel = (nq - bq) / math.Abs(bq)
+	}
+	t.Significant = t.P <= alpha
+	t.Relevant = nq-bq >= relevantChange(t.BaseNS, o)
+	return t, true
+}
+
+// tailThresholds are the K (1 ≤ K ≤ N/4: the upper quarter of the pool,
+// the tail; a shift of the middle is the bootstrap's) whose K-th largest value of the
+// pool (descending) is strictly above the (K+1)-th: "the K largest" is then
+// "every value above the (K+1)-th", a threshold that does not depend on
+// which run a value came from.
+func tailThresholds[T any](desc []T, v func(T) float64) []int {
+	var ks []int
+	for k := 1; k <= len(desc)/4; k++ {
+		if v(desc[k-1]) > v(desc[k]) {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// hyperUpperTail is P(X ≥ c) for X ~ Hypergeometric(n, k, m): k draws
+// without replacement from n items of which m are marked. Summed in log
+// space from the log binomials (gonum's combin has no hypergeometric
+// distribution; math.Lgamma is exact enough for n in the thousands).
+func hyperUpperTail(n, k, m, c int) float64 {
+	hi := min(k, m)
+	lo := max(c, k-(n-m), 0)
+	if lo > hi {
+		return 0
+	}
+	logC := func(a, b int) float64 {
+		la, _ := math.Lgamma(float64(a + 1))
+		lb, _ := math.Lgamma(float64(b + 1))
+		lab, _ := math.Lgamma(float64(a - b + 1))
+		return la - lb - lab
+	}
+	den := logC(n, k)
+	sum := 0.0
+	for x := lo; x <= hi; x++ {
+		sum += math.Exp(logC(m, x) + logC(n-m, k-x) - den)
+	}
+	return min(sum, 1)
+}
+
+// tailPValue is the exact probability that, with m of n pooled trials
+// labelled new uniformly at random (every labelling equally likely: the
+// runs are exchangeable), some threshold K of ks has
+// hyperUpperTail(n, K, m, count of new among the K largest) ≤ pmin. The
+// labels read down the sorted pool are a walk: after j trials with c new,
+// the next is new with probability (m−c)/(n−j). The walk's distribution is
+// carried step by step and the mass that crosses a threshold's critical
+// count is taken out (it has rejected); what was taken out is the p-value.
+func tailPValue(n, m int, ks []int, pmin float64) float64 {
+	if len(ks) == 0 {
+		return 1
+	}
+	// crit[K] is the smallest count at threshold K whose p-value reaches
+	// pmin (a relative slack of 1e-9 absorbs the rounding of the sums, so
+	// the observed count itself always counts).
+	crit := map[int]int{}
+	for _, k := range ks {
+		c := min(k, m) + 1
+		for c > 0 && hyperUpperTail(n, k, m, c-1) <= pmin*(1+1e-9) {
+			c--
+		}
+		crit[k] = c
+	}
+	last := ks[len(ks)-1]
+	prob := make([]float64, m+2)
+	prob[0] = 1
+	rejected := 0.0
+	for j := 0; j < last; j++ {
+		next := make([]float64, m+2)
+		for c := 0; c <= min(j, m); c++ {
+			if prob[c] == 0 {
+				continue
+			}
+			pNew := float64(m-c) / float64(n-j)
+			next[c+1] += prob[c] * pNew
+			next[c] += prob[c] * (1 - pNew)
+		}
+		prob = next
+		if c0, ok := crit[j+1]; ok {
+			for c := c0; c <= min(j+1, m); c++ {
+				rejected += prob[c]
+				prob[c] = 0
+			}
+		}
+	}
+	return min(rejected, 1)
+}
