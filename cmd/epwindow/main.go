@@ -47,7 +47,7 @@ func newApp(name string) *cli.App {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp(appName(os.Args[0])).RunContext(ctx, os.Args)
+	err := runCLI(ctx, newApp(appName(os.Args[0])), os.Args)
 	stop()
 	if err != nil {
 		// cli.Exit errors are handled (printed, exit code) by the app itself.
