@@ -52,6 +52,6 @@ func main() {
 	if err != nil {
 		// cli.Exit errors are handled (printed, exit code) by the app itself.
 		fmt.Fprintln(os.Stderr, "epwindow:", err)
-		os.Exit(1)
+		os.Exit(exitFailure)
 	}
 }
