@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Verdict is a metric's change between a baseline and a new run.
@@ -286,26 +285,30 @@ func signedDur(ns int64) string {
 
 // NewCompareTextReporter renders a comparison as a table: per metric and
 // quantile the baseline, the new value, the difference with its interval,
-// and the metric's verdict.
+// and the metric's verdict. Every line fits TextWidth columns.
 func NewCompareTextReporter(c *Comparison) Reporter {
+	return NewCompareTextReporterWidth(c, TextWidth)
+}
+
+// NewCompareTextReporterWidth is NewCompareTextReporter for a terminal
+// width columns wide (<= 0: no limit); a metric name too long for a
+// narrow terminal goes on a line of its own above its quantiles.
+func NewCompareTextReporterWidth(c *Comparison, width int) Reporter {
 	return func(w io.Writer) error {
 		e := &errWriter{w: w}
-		width := len("metric")
-		for _, m := range c.Metrics {
-			width = max(width, utf8.RuneCountInString(m.Metric))
-		}
-		pad := func(s string) string { return s + strings.Repeat(" ", width-utf8.RuneCountInString(s)) }
-		e.printf("%s %3s %3s %4s %8s %8s %8s %6s  %-21s %11s  %s\n", pad("metric"), "n0", "n1", "q", "baseline", "new", "Δ", "Δ%", trimFloat(c.Level*100)+"%"+" CI of Δ", "detectable", "verdict")
+		cols := []column{{head: "metric", left: true}, {head: "n0", roomy: 3}, {head: "n1", roomy: 3}, {head: "q", roomy: 4},
+			{head: "baseline", roomy: 8, group: 1}, {head: "new", roomy: 8, group: 1}, {head: "Δ", roomy: 8, group: 1}, {head: "Δ%", roomy: 6},
+			{head: trimFloat(c.Level*100) + "%" + " CI of Δ", left: true, roomy: 22}, {head: "detectable", roomy: 11}, {head: "verdict", left: true}}
+		var rows [][]string
 		for _, m := range c.Metrics {
 			if len(m.Changes) == 0 {
-				line := fmt.Sprintf("%s %3d %3d %4s %8s %8s %8s %6s  %-21s %11s  %s", pad(m.Metric), m.NBase, m.NNew, "", "-", "-", "-", "", "", "", m.Verdict)
-				e.printf("%s\n", strings.TrimRight(line, " "))
+				rows = append(rows, []string{m.Metric, fmt.Sprint(m.NBase), fmt.Sprint(m.NNew), "", "-", "-", "-", "", "", "", string(m.Verdict)})
 				continue
 			}
 			for i, qc := range m.Changes {
-				name, verdict := pad(""), ""
+				name, verdict := "", ""
 				if i == 0 {
-					name, verdict = pad(m.Metric), string(m.Verdict)
+					name, verdict = m.Metric, string(m.Verdict)
 				}
 				mark := " "
 				if qc.counts() {
@@ -317,7 +320,7 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 				if qc.BaseNS != 0 {
 					rel = fmt.Sprintf("%+.0f%%", qc.Rel*100)
 				}
-				ci := fmt.Sprintf("[%s, %s]", signedDur(qc.CILoNS), signedDur(qc.CIHiNS))
+				ci := fmt.Sprintf("%s[%s, %s]", mark, signedDur(qc.CILoNS), signedDur(qc.CIHiNS))
 				detect := "±" + fmtDur(qc.DetectableNS)
 				if !qc.Judged {
 					detect = "-"
@@ -325,11 +328,28 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 						detect = fmt.Sprintf("needs n=%d", qc.Need)
 					}
 				}
-				line := fmt.Sprintf("%s %3d %3d %4s %8s %8s %8s %6s %s%-21s %11s  %s", name, m.NBase, m.NNew,
-					"p"+trimFloat(qc.Quantile*100), fmtDur(qc.BaseNS), fmtDur(qc.NewNS), signedDur(qc.DiffNS), rel, mark, ci, detect, verdict)
-				e.printf("%s\n", strings.TrimRight(line, " "))
+				rows = append(rows, []string{name, fmt.Sprint(m.NBase), fmt.Sprint(m.NNew), "p" + trimFloat(qc.Quantile*100),
+					fmtDur(qc.BaseNS), fmtDur(qc.NewNS), signedDur(qc.DiffNS), rel, ci, detect, verdict})
 			}
 		}
+		for _, l := range layoutTable(cols, rows, width, " ") {
+			e.printf("%s\n", l)
+		}
+		lineWidth := width
+		if lineWidth <= 0 {
+			lineWidth = TextWidth
+		}
+		// para prints a paragraph wrapped to the terminal, its later lines
+		// indented by two.
+		para := func(text string) {
+			for i, l := range wrap(strings.Fields(text), " ", lineWidth-2) {
+				if i > 0 {
+					l = "  " + l
+				}
+				e.printf("%s\n", l)
+			}
+		}
+		e.printf("\n")
 		for _, v := range []Verdict{Worse, Better} {
 			var names []string
 			for _, m := range c.Metrics {
@@ -340,15 +360,17 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 			if len(names) == 0 {
 				names = []string{"none"}
 			}
-			e.printf("\n%s: %s", v, strings.Join(names, ", "))
+			para(fmt.Sprintf("%s: %s", v, strings.Join(names, ", ")))
 		}
 		e.printf("\n")
-		e.printf("\nn0, n1: trials of the baseline and the new run whose stages for the metric are valid.")
-		e.printf("\n%d tests made (metric × judged quantile); each interval is at %s = 1 − %s/%d, so that two runs of one\n  setup call anything worse or better with at most %s chance (Bonferroni; seeded bootstrap, %d resamples).",
-			c.Tests, trimFloat(c.Level*100)+"%", pct(FamilyError), max(c.Tests, 1), pct(FamilyError), c.Resamples)
-		e.printf("\n* a change whose interval excludes 0 and that reaches max(%s, %s%% of the baseline):\n  only such changes make a verdict.\n~ not judged: fewer than %d trials of a run lie above this quantile (n·(1−q) < %d), or it falls on a\n  trial cut at the hold.",
-			c.Options.MinChange, trimFloat(c.Options.MinChangeRel*100), MinTailTrials, MinTailTrials)
-		e.printf("\ndetectable: the smallest change of that quantile these run sizes could have called worse or better;\n  \"same\" means no change that large, not no change.\n")
+		para("n0, n1: trials of the baseline and the new run whose stages for the metric are valid.")
+		para(fmt.Sprintf("%d tests made (metric × judged quantile); each interval is at %s = 1 − %s/%d, so that two runs of one setup call anything worse or better with at most %s chance (Bonferroni; seeded bootstrap, %d resamples).",
+			c.Tests, trimFloat(c.Level*100)+"%", pct(FamilyError), max(c.Tests, 1), pct(FamilyError), c.Resamples))
+		para(fmt.Sprintf("* a change whose interval excludes 0 and that reaches max(%s, %s%% of the baseline): only such changes make a verdict.",
+			c.Options.MinChange, trimFloat(c.Options.MinChangeRel*100)))
+		para(fmt.Sprintf("~ not judged: fewer than %d trials of a run lie above this quantile (n·(1−q) < %d), or it falls on a trial cut at the hold.",
+			MinTailTrials, MinTailTrials))
+		para(`detectable: the smallest change of that quantile these run sizes could have called worse or better; "same" means no change that large, not no change.`)
 		return e.err
 	}
 }
