@@ -354,8 +354,20 @@ func signedDur(ns int64) string {
 
 // NewCompareTextReporter renders a comparison as a table: per metric and
 // judged quantile the baseline, the new value, the difference with its
-// interval; per metric its tail test; and the metric's verdict.
+// interval; per metric its tail test; and the metric's verdict. Every line
+// fits TextWidth columns.
 func NewCompareTextReporter(c *Comparison) Reporter {
+	return NewCompareTextReporterWidth(c, TextWidth)
+}
+
+// NewCompareTextReporterWidth is NewCompareTextReporter for a terminal
+// width columns wide (<= 0: TextWidth): the legend wraps to it; the table's
+// rows are at most 96 columns whatever the metric's name (the name goes
+// on a line of its own).
+func NewCompareTextReporterWidth(c *Comparison, width int) Reporter {
+	if width <= 0 {
+		width = TextWidth
+	}
 	return func(w io.Writer) error {
 		e := &errWriter{w: w}
 		// The metric on a line of its own with its verdict, its rows
@@ -415,7 +427,7 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 			if len(names) == 0 {
 				names = []string{"none"}
 			}
-			for i, l := range wrap(strings.Split(string(v)+": "+strings.Join(names, ", "), " "), " ", 98) {
+			for i, l := range wrap(strings.Split(string(v)+": "+strings.Join(names, ", "), " "), " ", width-2) {
 				if i == 0 {
 					e.printf("\n%s", l)
 				} else {
@@ -435,7 +447,7 @@ func NewCompareTextReporter(c *Comparison) Reporter {
 			"\"same\" means no test fired: not \"proved equal\". Smaller runs see only larger changes (docs/compare.md: what 20 and 40 trials detect).",
 		}
 		for _, l := range legend {
-			for i, w := range wrap(strings.Fields(l), " ", 98) {
+			for i, w := range wrap(strings.Fields(l), " ", width-2) {
 				if i == 0 {
 					e.printf("\n%s", w)
 				} else {

@@ -143,8 +143,10 @@ func (d *SummaryDoc) SetsWindow() (path, sentence string) {
 // pathRows renders the side-by-side table of the paths: per path its
 // client-side end (offset from T0 and from slice_not_ready), the probe's
 // view, and how often it ended last.
-func pathRows(d *SummaryDoc) (header []string, rows [][]string) {
-	header = []string{"path", "last routed", "n", "p50", "p95", "max", "U", "after not-ready p50", "p95", "max", "probe last_accept max", "ended last"}
+func pathRows(d *SummaryDoc) (cols []column, rows [][]string) {
+	for i, h := range []string{"path", "last routed", "n", "p50", "p95", "max", "U", "after not-ready p50", "p95", "max", "probe last_accept max", "ended last"} {
+		cols = append(cols, column{head: h, left: i < 2})
+	}
 	for _, p := range d.Paths {
 		u, _ := boundCells(p.Last)
 		rows = append(rows, []string{p.Path, p.Stage, fmt.Sprint(p.Last.N),
@@ -152,5 +154,9 @@ func pathRows(d *SummaryDoc) (header []string, rows [][]string) {
 			cell(p.AfterNotReady, p.AfterNotReady.P50NS, 0.5), cell(p.AfterNotReady, p.AfterNotReady.P95NS, 0.95), cell(p.AfterNotReady, p.AfterNotReady.MaxNS, 1),
 			cell(p.ProbeLast, p.ProbeLast.MaxNS, 1), fmt.Sprintf("%d/%d", p.Latest, p.Compared)})
 	}
-	return header, rows
+	return cols, rows
 }
+
+// pathsSplit is the first column of the paths table's second half when it
+// is split to fit a terminal: "after not-ready p50".
+const pathsSplit = 7

@@ -218,40 +218,70 @@ func boundLegend(d *SummaryDoc) string {
 
 // NewTextReporter renders an aligned table for a terminal: per point and
 // per stage-to-stage delta n, p50, p90, p95, p99, max, then the
-// recommendation and its caveats.
-func NewTextReporter(s *Summary) Reporter {
+// recommendation and its caveats. Every line fits TextWidth columns.
+func NewTextReporter(s *Summary) Reporter { return NewTextReporterWidth(s, TextWidth) }
+
+// NewTextReporterWidth is NewTextReporter for a terminal width columns
+// wide (<= 0: no limit, every column at its roomiest). The tables take
+// their roomy layout when it fits and narrow their columns, then move a
+// long stage name onto a line of its own, when it does not.
+func NewTextReporterWidth(s *Summary, width int) Reporter {
 	return func(w io.Writer) error {
 		d := s.Doc()
 		e := &errWriter{w: w}
-		e.printf("epwindow report: %s\n", trialsLine(d))
+		lineWidth := width
+		if lineWidth <= 0 {
+			lineWidth = TextWidth
+		}
+		for i, l := range wrap(strings.Fields("epwindow report: "+trialsLine(d)), " ", lineWidth) {
+			if i > 0 {
+				l = "  " + l
+			}
+			e.printf("%s\n", l)
+		}
 		for _, l := range wrap(runLine(s.Header), " · ", 76) {
 			e.printf("  %s\n", l)
 		}
 		if h := s.Header; h != nil && len(h.Ingress.Settings) > 0 {
-			e.printf("  controller settings: %s\n", strings.ReplaceAll(settingsLine(h.Ingress.Settings), "`", ""))
+			settings := strings.ReplaceAll(settingsLine(h.Ingress.Settings), "`", "")
+			for i, l := range wrap(strings.Fields("controller settings: "+settings), " ", lineWidth-2) {
+				if i > 0 {
+					l = "  " + l
+				}
+				e.printf("  %s\n", l)
+			}
 		}
-		width := len("offsets from T0 (delete_sent)")
+		// Tables of one run share the name column's width when it fits.
+		nameWidth := len("offsets from T0 (delete_sent)")
 		for _, x := range d.allDists() {
-			width = max(width, utf8.RuneCountInString(x.Name))
+			nameWidth = max(nameWidth, utf8.RuneCountInString(x.Name))
 		}
 		table := func(title string, rows []Dist, unc bool) {
-			e.printf("\n%s%s %4s %9s %9s %9s %9s %9s %9s %6s", title, strings.Repeat(" ", width-utf8.RuneCountInString(title)), "n", "p50", "p90", "p95", "p99", "max", "U", "covers")
-			if unc {
-				e.printf(" %8s", "±")
+			cols := []column{{head: title, left: true, roomy: nameWidth}, {head: "n", roomy: 4}}
+			for _, h := range []string{"p50", "p90", "p95", "p99", "max", "U"} {
+				cols = append(cols, column{head: h, roomy: 9, group: 1})
 			}
-			e.printf("\n")
+			cols = append(cols, column{head: "covers", roomy: 6})
+			if unc {
+				cols = append(cols, column{head: "±", roomy: 8})
+			}
+			var cells [][]string
 			for _, x := range rows {
 				u, covers := boundCells(x)
-				e.printf("%s%s %4d %9s %9s %9s %9s %9s %9s %6s", x.Name, strings.Repeat(" ", width-utf8.RuneCountInString(x.Name)), x.N,
-					cell(x, x.P50NS, 0.5), cell(x, x.P90NS, 0.9), cell(x, x.P95NS, 0.95), cell(x, x.P99NS, 0.99), cell(x, x.MaxNS, 1), u, covers)
+				r := []string{x.Name, fmt.Sprint(x.N), cell(x, x.P50NS, 0.5), cell(x, x.P90NS, 0.9), cell(x, x.P95NS, 0.95),
+					cell(x, x.P99NS, 0.99), cell(x, x.MaxNS, 1), u, covers}
 				if unc {
 					u := "-"
 					if x.MaxUncertaintyNS > 0 {
 						u = fmtDur(x.MaxUncertaintyNS)
 					}
-					e.printf(" %8s", u)
+					r = append(r, u)
 				}
-				e.printf("\n")
+				cells = append(cells, r)
+			}
+			e.printf("\n")
+			for _, l := range layoutTable(cols, cells, width, " ") {
+				e.printf("%s\n", l)
 			}
 		}
 		table("offsets from T0 (delete_sent)", d.Stages, true)
@@ -260,7 +290,7 @@ func NewTextReporter(s *Summary) Reporter {
 		}
 		e.printf("\nwindow = max(last_accept, last_request) − T0; ± is the largest error bound of a sample; ≥ marks a\nfloor from trials cut at the hold.\n")
 		if l := maxLegend(d); l != "" {
-			for i, w := range wrap(strings.Fields(l), " ", 100) {
+			for i, w := range wrap(strings.Fields(l), " ", lineWidth) {
 				if i == 0 {
 					e.printf("%s\n", w)
 				} else {
@@ -268,7 +298,7 @@ func NewTextReporter(s *Summary) Reporter {
 				}
 			}
 		}
-		for i, l := range wrap(strings.Fields(boundLegend(d)), " ", 100) {
+		for i, l := range wrap(strings.Fields(boundLegend(d)), " ", lineWidth) {
 			if i == 0 {
 				e.printf("%s\n", l)
 			} else {
@@ -277,28 +307,20 @@ func NewTextReporter(s *Summary) Reporter {
 		}
 		e.printf("client failures: valid trials %s; all trials %s\n", failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
 		if len(d.Paths) > 0 {
-			header, rows := pathRows(d)
-			widths := make([]int, len(header))
-			for _, r := range append([][]string{header}, rows...) {
-				for i, c := range r {
-					widths[i] = max(widths[i], utf8.RuneCountInString(c))
-				}
-			}
+			cols, rows := pathRows(d)
 			e.printf("\npaths side by side (offsets from T0 unless noted)\n")
-			for _, r := range append([][]string{header}, rows...) {
-				var line strings.Builder
-				for i, c := range r {
-					pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
-					if i < 2 {
-						line.WriteString(c + pad + "  ")
-					} else {
-						line.WriteString(pad + c + "  ")
-					}
-				}
-				e.printf("%s\n", strings.TrimRight(line.String(), " "))
+			lines := layoutTable(cols, rows, width, "  ")
+			if width > 0 && tableWidth(cols, rows, "  ") > width {
+				// Too wide for the terminal: the last routed response in
+				// one table, what follows the slice's not-ready in another.
+				ac, ar, bc, br := splitColumns(cols, rows, pathsSplit)
+				lines = append(append(layoutTable(ac, ar, width, "  "), ""), layoutTable(bc, br, width, "  ")...)
+			}
+			for _, l := range lines {
+				e.printf("%s\n", l)
 			}
 			_, sentence := d.SetsWindow()
-			for _, l := range wrap(strings.Fields(sentence), " ", 100) {
+			for _, l := range wrap(strings.Fields(sentence), " ", lineWidth) {
 				e.printf("%s\n", l)
 			}
 			e.printf("cluster (runner) failures: all trials %s\n", failuresLine(d.ClusterFailures))
@@ -330,7 +352,13 @@ func NewTextReporter(s *Summary) Reporter {
 			}
 			e.printf(")\n")
 			for _, l := range r.Formula() {
-				e.printf("  %s\n", l)
+				for i, w := range wrap(strings.Fields(l), " ", lineWidth-4) {
+					if i == 0 {
+						e.printf("  %s\n", w)
+					} else {
+						e.printf("    %s\n", w)
+					}
+				}
 			}
 		}
 		if c := s.Caveats(); len(c) > 0 {
@@ -423,7 +451,11 @@ func NewMarkdownReporter(s *Summary) Reporter {
 		e.printf("`window` is the last new traffic the pod received (max of `last_accept`, `last_request`) after T0; ≥ marks a floor from trials cut at the hold. %s%s Client failures: valid trials %s; all trials %s.\n\n",
 			withSpace(maxLegend(d)), boundLegend(d), failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
 		if len(d.Paths) > 0 {
-			header, rows := pathRows(d)
+			cols, rows := pathRows(d)
+			header := make([]string, len(cols))
+			for i, c := range cols {
+				header[i] = c.head
+			}
 			e.printf("### Paths side by side\n\n| %s |\n|---|---|%s\n", strings.Join(header, " | "), strings.Repeat("--:|", len(header)-2))
 			for _, r := range rows {
 				r[0], r[1] = "`"+r[0]+"`", "`"+r[1]+"`"

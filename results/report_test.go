@@ -84,6 +84,8 @@ func TestGoldenReports(t *testing.T) {
 	run := load(t, "run.jsonl")
 	cases := map[string]Reporter{
 		"report.txt":           NewTextReporter(run),
+		"report.wide.txt":      NewTextReporterWidth(run, 0),
+		"report.narrow.txt":    NewTextReporterWidth(run, 80),
 		"report.md":            NewMarkdownReporter(run),
 		"report.json":          NewJSONReporter(run),
 		"report.csv":           NewCSVReporter(run),

@@ -37,6 +37,7 @@ limit cannot show it was met.
 Exit codes: 0 met, 2 bad input, 3 breached, 6 a limit met only by a floor: rerun with a longer --hold.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text or json"},
+			wideFlag(),
 			&cli.StringSliceFlag{Name: flagMaxP99, Usage: "fail (exit 3) when NEW's p99 of a stage exceeds a bound, e.g. window=3s (repeatable; a delta as from->to)"},
 			&cli.StringFlag{Name: flagMaxRegression, Usage: "fail (exit 3) when a quantile judged worse grew by more than this, e.g. 20%"},
 			&cli.DurationFlag{Name: flagMinChange, Value: results.DefaultMinChange, Usage: "smallest change of a quantile that can make a verdict"},
@@ -106,7 +107,7 @@ func runCompare(c *cli.Context) error {
 		}
 	}
 	cmp := results.Compare(runs[0], runs[1], opts)
-	render := results.NewCompareTextReporter(cmp)
+	render := results.NewCompareTextReporterWidth(cmp, textWidth(c, c.App.Writer))
 	if format == "json" {
 		render = results.NewCompareJSONReporter(cmp)
 	} else {

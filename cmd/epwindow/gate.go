@@ -40,14 +40,15 @@ func loadSummary(path string) (*results.Summary, error) {
 	return results.Summarize(file, results.Options{}), nil
 }
 
-// gate compares with the baseline (when given), prints the comparison, and
-// checks the thresholds; a breach returns exitThreshold.
-func gate(w io.Writer, next *results.Summary, t results.Thresholds, base *results.Summary) (int, error) {
+// gate compares with the baseline (when given), prints the comparison
+// (fitting width columns, 0: no limit), and checks the thresholds; a
+// breach returns exitThreshold.
+func gate(w io.Writer, width int, next *results.Summary, t results.Thresholds, base *results.Summary) (int, error) {
 	var cmp *results.Comparison
 	if base != nil {
 		cmp = results.Compare(base, next, results.CompareOptions{})
 		fmt.Fprintln(w)
-		if err := results.NewCompareTextReporter(cmp)(w); err != nil {
+		if err := results.NewCompareTextReporterWidth(cmp, width)(w); err != nil {
 			return exitFailure, fmt.Errorf("render comparison: %w", err)
 		}
 	}

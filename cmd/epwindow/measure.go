@@ -89,6 +89,7 @@ func measureFlags() []cli.Flag {
 	// then makes a namespace of its own, the safe default.
 	fs := append(kubeFlags("run in this existing namespace (RBAC: deploy/rbac/namespaced) instead of creating epwindow-<id>; only the run's own objects there are created and deleted (default: a new namespace, not the context's)"), workloadFlags()...)
 	return append(fs,
+		wideFlag(),
 		&cli.IntFlag{Name: measure.FlagTrials, Value: defaultTrials, Usage: fmt.Sprintf("deletions to time; the largest of %d bounds the p95 at 95%% (the p99 needs 299)", defaultTrials), Category: "Trials"},
 		&cli.Float64Flag{Name: flagQuantile, Value: results.DefaultQuantile, Usage: "share of deletions the recommended preStop covers, as an upper confidence bound", Category: "Trials"},
 		&cli.Float64Flag{Name: flagConfidence, Value: results.DefaultConfidence, Usage: "confidence of that bound", Category: "Trials"},
@@ -292,7 +293,7 @@ func runMeasure(c *cli.Context) error {
 			runErr = errors.Join(runErr, err)
 		}
 		fmt.Fprintln(c.App.Writer)
-		if err := results.Reporters["text"](sum)(c.App.Writer); err != nil {
+		if err := results.NewTextReporterWidth(sum, textWidth(c, c.App.Writer))(c.App.Writer); err != nil {
 			return cli.Exit("epwindow measure: render report: "+err.Error(), exitFailure)
 		}
 		fmt.Fprintf(c.App.Writer, "\nresults: %s  (epwindow report --format markdown %s)\n", outPath, outPath)
@@ -300,7 +301,7 @@ func runMeasure(c *cli.Context) error {
 			fmt.Fprintf(c.App.ErrWriter, "epwindow measure: %s\n", h)
 		}
 		if runErr == nil {
-			if code, err := gate(c.App.Writer, sum, thresholds, baseline); err != nil {
+			if code, err := gate(c.App.Writer, textWidth(c, c.App.Writer), sum, thresholds, baseline); err != nil {
 				return cli.Exit("epwindow measure: "+err.Error(), code)
 			}
 			if r := sum.Doc().Recommendation; r.LowerBound() {

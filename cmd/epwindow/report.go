@@ -40,6 +40,7 @@ it finished, and says so. The bootstrap is seeded: the same file always renders 
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, markdown, json, csv or perfdata (ClusterLoader2 PerfData)"},
 			&cli.BoolFlag{Name: flagPlot, Usage: "add terminal charts (text format): the CDF of the window and each stage per trial"},
+			wideFlag(),
 			&cli.DurationFlag{Name: measure.FlagDrain, Usage: "longest request your app serves after SIGTERM (default: the run's --drain)"},
 			&cli.DurationFlag{Name: flagMargin, Value: results.DefaultMargin, Usage: "least margin added to the covered quantile (the worst observer resolution raises it)"},
 			&cli.DurationFlag{Name: flagHeadroom, Value: results.DefaultHeadroom, Usage: "added to preStop + drain for terminationGracePeriodSeconds"},
@@ -131,12 +132,7 @@ func readResults(path string, stdin io.Reader) (*results.File, error) {
 
 func runReport(c *cli.Context) error {
 	if c.NArg() != 1 {
-		hint := ""
-		if c.NArg() > 1 && strings.HasPrefix(c.Args().Get(1), "-") {
-			// urfave/cli stops reading flags at the first argument.
-			hint = fmt.Sprintf("; flags go before the file: epwindow report %s %s", strings.Join(c.Args().Slice()[1:], " "), c.Args().First())
-		}
-		return cli.Exit(fmt.Sprintf("epwindow report: want one results file (or - for standard input), got %d arguments%s", c.NArg(), hint), exitUsage)
+		return cli.Exit(fmt.Sprintf("epwindow report: want one results file (or - for standard input), got %d arguments: %q", c.NArg(), c.Args().Slice()), exitUsage)
 	}
 	format := c.String(flagFormat)
 	newReporter, ok := results.Reporters[format]
@@ -159,7 +155,11 @@ func runReport(c *cli.Context) error {
 		fmt.Fprintf(c.App.ErrWriter, "epwindow report: %s: the run was interrupted; reporting its %d finished trials\n", path, len(file.Trials))
 	}
 	sum := results.Summarize(file, opts)
-	if err := newReporter(sum)(c.App.Writer); err != nil {
+	render := newReporter(sum)
+	if format == "text" {
+		render = results.NewTextReporterWidth(sum, textWidth(c, c.App.Writer))
+	}
+	if err := render(c.App.Writer); err != nil {
 		return cli.Exit("epwindow report: "+err.Error(), exitFailure)
 	}
 	if c.Bool(flagPlot) {
