@@ -28,8 +28,7 @@ func (r *runner) deletions(ctx context.Context, sink Sink) error {
 		}
 		if i > cfg.Trials {
 			r.report(Progress{Phase: "steady", Trials: cfg.Trials, Extra: i - cfg.Trials, MaxExtra: budget.limit - cfg.Trials,
-				Message: fmt.Sprintf("%d of %d trials have a valid window: running one more (at most %d more in all, --%s + %.0f%%)",
-					budget.valid, cfg.Trials, budget.limit-cfg.Trials, FlagTrials, ExtraTrialsShare*100)})
+				Message: fmt.Sprintf("%d/%d valid", budget.valid, cfg.Trials)})
 		}
 		if err := r.pause(ctx, pause); err != nil {
 			return err

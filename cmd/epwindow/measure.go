@@ -421,7 +421,7 @@ func progressLine(u measure.Progress) string {
 		bar = "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "] " + fmt.Sprintf("%d/%d ", done, total)
 		if u.Extra > 0 {
 			// Trials beyond --trials replace ones without a valid window.
-			bar += fmt.Sprintf("(%d + %d of at most %d more for trials without a valid window) ", u.Trials, u.Extra, u.MaxExtra)
+			bar += fmt.Sprintf("(+%d/≤%d: too few valid) ", u.Extra, u.MaxExtra)
 		}
 	}
 	s := bar + u.Phase

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -124,5 +125,21 @@ func TestMeasureConfigHTTPRoute(t *testing.T) {
 	}
 	if cfg, err := parseMeasure(t, "--url", "http://127.0.0.1:9090"); err != nil || cfg.Route != measure.RouteIngress || !cfg.Gateway.IsZero() {
 		t.Errorf("default Route %q Gateway %+v (%v), want an Ingress", cfg.Route, cfg.Gateway, err)
+	}
+}
+
+// The progress line says when the run goes past --trials to replace
+// trials without a valid window, and by how much it may.
+func TestProgressLineReplacements(t *testing.T) {
+	u := measure.Progress{Phase: "steady", Trial: 60, Trials: 59, Extra: 1, MaxExtra: 12, Message: "58/59 valid", LastWindow: 2345 * time.Millisecond}
+	line := progressLine(u)
+	if !strings.Contains(line, "60/60") || !strings.Contains(line, "(+1/≤12: too few valid)") || !strings.Contains(line, "58/59 valid") {
+		t.Errorf("progress line %q: want 60/60, the replacement count and the message", line)
+	}
+	if n := utf8.RuneCountInString(line); n > 100 {
+		t.Errorf("progress line is %d columns: %q", n, line)
+	}
+	if line := progressLine(measure.Progress{Phase: "trial", Trial: 3, Trials: 59}); strings.Contains(line, "too few valid") {
+		t.Errorf("progress line %q mentions replacements without any", line)
 	}
 }
