@@ -76,8 +76,10 @@ func TestRunIntoHoldIsCensored(t *testing.T) {
 			t.Errorf("trial %d cut at the hold has no valid window (%v, %v)", r.Trial, w, ok)
 		}
 	}
-	if len(f.Trials) != 2 || censored == 0 {
-		t.Fatalf("%d trials, %d cut at the hold: want 2, with at least one cut (Skipper polls every %s, the hold is %s)",
+	// At least 2: measure runs on until --trials trials have a valid
+	// window (a cut one counts), replacing any whose window was lost.
+	if len(f.Trials) < 2 || censored == 0 {
+		t.Fatalf("%d trials, %d cut at the hold: want at least 2, with at least one cut (Skipper polls every %s, the hold is %s)",
 			len(f.Trials), censored, ingressPoll, hold)
 	}
 	d := f.Summary
