@@ -224,3 +224,25 @@ func TestRunLineHTTPRoute(t *testing.T) {
 		t.Errorf("run line %q", got)
 	}
 }
+
+// A recommendation that is only a floor says so where it is pasted from:
+// both YAML settings carry "# at least: rerun with --hold …", and the claim
+// line reads "at least".
+func TestMarkdownMarksFloor(t *testing.T) {
+	s := load(t, "censored.jsonl")
+	var b strings.Builder
+	if err := NewMarkdownReporter(s)(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	if n := strings.Count(md, "# at least: rerun with --hold 8s"); n != 2 {
+		t.Errorf("%d YAML lines marked as floors, want 2:\n%s", n, md)
+	}
+	if !strings.Contains(md, "U: at least ") {
+		t.Errorf("the claim line does not say \"at least\":\n%s", md)
+	}
+	b.Reset()
+	if err := NewMarkdownReporter(load(t, "run.jsonl"))(&b); err != nil || strings.Contains(b.String(), "at least:") {
+		t.Errorf("a measured recommendation is marked as a floor (err %v)", err)
+	}
+}

@@ -198,3 +198,25 @@ func TestExactBootstrapMatchesResampling(t *testing.T) {
 	}
 	t.Logf("exact %v, resampled %v", exact, mc)
 }
+
+// A floor is never below a measured trial that is larger: a trial cut
+// early (an ingress still listed the pod) can have a small seen value, and
+// the rank above the measured trials takes the k-th of every value at its
+// seen value, not the k−m-th floor.
+func TestFloorNotBelowMeasured(t *testing.T) {
+	var s sample
+	for i, v := range []float64{1, 2, 19} {
+		s.add(i+1, v*1e9, false)
+	}
+	s.add(4, 5e9, true) // cut by a listing at 5 s
+	if v, lower := s.rank(4); !lower || v != 19e9 {
+		t.Errorf("rank 4 = %v (floor %t), want ≥ 19s, a floor", v, lower)
+	}
+	if v, lower := s.rank(3); lower || v != 19e9 {
+		t.Errorf("rank 3 = %v (floor %t), want the measured 19s", v, lower)
+	}
+	d := newDist("window", &s, 0.95, 0.95)
+	if !d.Lower(1) || d.MaxNS != 19e9 || d.Bound.NS != 19e9 || !d.Bound.LowerBound {
+		t.Errorf("dist %+v, bound %+v: want max and U ≥ 19s, floors", d, d.Bound)
+	}
+}
