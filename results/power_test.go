@@ -23,11 +23,12 @@ import (
 // 100 of 100 pairs when first run). The pairs are seeded, so
 // the count is the same on every run; requiring 36 of 40 (90%) fails a
 // verdict rule that lost its power, not an unlucky draw. At 12 trials p50 is judged (Judged: 12·0.5 ≥
-// 5) but the 99% interval is wider, and the power must be lower. False alarms: compare works at 99% per metric, so a stage
-// drawn identically in both runs is called changed in about 1% of pairs
-// (by the percentile bootstrap's slight anti-conservatism at these sizes,
-// a little more); 3 of 40 is far above that and still catches a verdict
-// rule that ignores the interval.
+// 5) but its interval is wider, and the power must be lower. False
+// alarms: each test runs at its share of the family's 5% (allot), so a
+// stage drawn identically in both runs is called changed in well under 5%
+// of pairs; 3 of 40 is above that and still catches a verdict rule that
+// ignores the tests (TestCompareFamilyWiseFalseAlarms holds the family to
+// 5%).
 func TestComparePowerOnSimulatedRuns(t *testing.T) {
 	const pairs = 40
 	unaffected := []string{StageDeleteAcked, StagePodTerminatingSeen, StageSliceNotReady, StageSigterm}
