@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -35,6 +36,10 @@ const (
 	FlagIngressClass       = "ingress-class"
 	FlagImage              = "image"
 	FlagLoadTimeout        = "load-timeout"
+	FlagIngressCA          = "ingress-ca"
+	FlagIngressInsecure    = "ingress-insecure"
+	FlagAllowExitCodes     = "allow-exit-codes"
+	FlagRouteCheck         = "route-check"
 )
 
 // CheckPort is --check-port PORT[/PATH]: the container port read through the
@@ -91,6 +96,16 @@ type Config struct {
 	// (--window-from), for the shape estimate; 0 = unknown.
 	Window       time.Duration
 	WindowSource string
+	// TLS is how an https --url is reached (--ingress-ca,
+	// --ingress-insecure); the server name is the Host header (load.Config).
+	TLS *tls.Config
+	// AllowExitCodes are non-zero exit codes of replaced containers that
+	// do not fail the gate (--allow-exit-codes, e.g. 143 for an app that
+	// exits by the default SIGTERM action). 137 and OOMKilled always fail.
+	AllowExitCodes []int32
+	// NoRouteCheck skips the check that the route of --host/--path leads
+	// to a Service selecting the Deployment's pods (--route-check=false).
+	NoRouteCheck bool
 	// PollInterval is the pod-proxy poll of --check-port (0 = 100ms).
 	PollInterval time.Duration
 	Clock        clock.Clock
@@ -138,6 +153,11 @@ func (c Config) Validate() error {
 	if c.IngressClass != "" {
 		if errs1 := validation.IsDNS1123Subdomain(c.IngressClass); len(errs1) > 0 {
 			errs = append(errs, fmt.Errorf("--%s %q: %s", FlagIngressClass, c.IngressClass, strings.Join(errs1, "; ")))
+		}
+	}
+	for _, code := range c.AllowExitCodes {
+		if code == 137 || code == 0 {
+			errs = append(errs, fmt.Errorf("--%s %d: 137 (SIGKILL: the grace period ran out, or out of memory) always fails the gate, and 0 is no failure", FlagAllowExitCodes, code))
 		}
 	}
 	if c.Window < 0 {

@@ -141,7 +141,8 @@ func (r Rollout) Sides() map[string]int {
 
 // Failure is one failed request and the pod event it is attributed to.
 type Failure struct {
-	// AtNS is the request's scheduled instant, from the rollout's start.
+	// AtNS is the request's scheduled instant, from the rollout's start
+	// (negative: after the previous rollout's tail, before this start).
 	AtNS int64  `json:"at_ns"`
 	Kind string `json:"kind"`
 	Side string `json:"side"`

@@ -186,6 +186,9 @@ func TestRestartPatchAndComplete(t *testing.T) {
 		{"not observed", d(3, 2, 3, 3, 3), false, ""},
 		{"old pod left", d(2, 2, 3, 4, 3), false, ""},
 		{"not available", d(2, 2, 3, 3, 2), false, ""},
+		// The condition of the last rollout is read only once the
+		// controller saw the restart (kubectl rollout status).
+		{"deadline of the last generation", d(3, 2, 1, 4, 3, appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Reason: "ProgressDeadlineExceeded", Message: "stuck"}), false, ""},
 		{"deadline", d(2, 2, 1, 4, 3, appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Reason: "ProgressDeadlineExceeded", Message: "stuck"}), false, "ProgressDeadlineExceeded: stuck"},
 	} {
 		done, failed := rolloutComplete(tc.d)
