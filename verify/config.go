@@ -2,16 +2,19 @@ package verify
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
@@ -65,6 +68,8 @@ func (c CheckPort) String() string { return strconv.Itoa(int(c.Port)) + c.Path }
 // Config is one verify run.
 type Config struct {
 	Client kubernetes.Interface
+	// Dynamic reads HTTPRoutes for the route check (nil: Ingresses only).
+	Dynamic dynamic.Interface
 	// Namespace and Deployment name the team's Deployment.
 	Namespace, Deployment string
 	// URL is the ingress as reachable from here, with --path applied; Host
@@ -171,4 +176,49 @@ func (c Config) pollInterval() time.Duration {
 		return c.PollInterval
 	}
 	return 100 * time.Millisecond
+}
+
+// ParseExitCodes reads --allow-exit-codes: comma-separated exit codes 1-255.
+func ParseExitCodes(s string) ([]int32, error) {
+	var out []int32
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 255 {
+			return nil, fmt.Errorf("--%s %q: want exit codes 1-255, comma-separated, e.g. 143", FlagAllowExitCodes, s)
+		}
+		out = append(out, int32(n))
+	}
+	return out, nil
+}
+
+// IngressTLS is the TLS configuration for an https --url: the CA of
+// --ingress-ca (PEM), or no verification with --ingress-insecure, or nil
+// (the system roots). The server name (SNI) is --host, set by the load
+// generator. Either flag with an http URL is an error: it would do nothing.
+func IngressTLS(caFile string, insecure bool, u *url.URL) (*tls.Config, error) {
+	if caFile == "" && !insecure {
+		return nil, nil
+	}
+	if u != nil && u.Scheme != "https" {
+		return nil, fmt.Errorf("--%s and --%s are for an https --%s; %s is not", FlagIngressCA, FlagIngressInsecure, FlagURL, u)
+	}
+	if caFile != "" && insecure {
+		return nil, fmt.Errorf("--%s and --%s: choose one", FlagIngressCA, FlagIngressInsecure)
+	}
+	if insecure {
+		return &tls.Config{InsecureSkipVerify: true}, nil //nolint:gosec // asked for by --ingress-insecure
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", FlagIngressCA, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--%s %s: no PEM certificate in it", FlagIngressCA, caFile)
+	}
+	return &tls.Config{RootCAs: pool}, nil
 }

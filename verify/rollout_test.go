@@ -249,3 +249,145 @@ func TestCollectWindows(t *testing.T) {
 		t.Errorf("second rollout's failures %+v, want 2, the first at its start", second.Failures)
 	}
 }
+
+// TestPodExits: the replaced pod's exits include init and native sidecar
+// containers and a container's termination before a restart; 137 and
+// OOMKilled fail the gate always, 143 and other non-zero exits unless
+// allowed.
+func TestPodExits(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	term := func(code int32, reason string) corev1.ContainerState {
+		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason}}
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1"},
+		Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "setup"}, {Name: "proxy", RestartPolicy: &always}}},
+		Status: corev1.PodStatus{
+			InitContainerStatuses: []corev1.ContainerStatus{
+				{Name: "setup", State: term(0, "Completed")},
+				{Name: "proxy", State: term(143, "Error")},
+			},
+			ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "app", State: term(0, "Completed"), LastTerminationState: term(137, "OOMKilled")},
+			},
+		}}
+	got := podExits(p)
+	want := []PodExit{
+		{Pod: "web-1", Container: "setup", Kind: ContainerInit, ExitCode: 0, Reason: "Completed"},
+		{Pod: "web-1", Container: "proxy", Kind: ContainerSidecar, ExitCode: 143, Reason: "Error"},
+		{Pod: "web-1", Container: "app", Previous: true, ExitCode: 137, Reason: "OOMKilled"},
+		{Pod: "web-1", Container: "app", ExitCode: 0, Reason: "Completed"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("exits %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("exit %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	ro := Rollout{N: 1, Complete: true, Exits: got}
+	reasons := exitReasons(ro, nil)
+	if len(reasons) != 2 || !strings.Contains(reasons[0], "proxy (sidecar): 143") || !strings.Contains(reasons[0], "--allow-exit-codes 143") ||
+		!strings.Contains(reasons[1], "app: 137 before a restart") {
+		t.Errorf("reasons %q, want the sidecar's 143 and the app's earlier OOM kill", reasons)
+	}
+	if reasons := exitReasons(ro, []int32{143}); len(reasons) != 1 || !strings.Contains(reasons[0], "137") {
+		t.Errorf("with 143 allowed: %q, want only the 137", reasons)
+	}
+}
+
+func TestParseExitCodes(t *testing.T) {
+	if got, err := ParseExitCodes("143, 1"); err != nil || len(got) != 2 || got[0] != 143 || got[1] != 1 {
+		t.Errorf("ParseExitCodes = %v, %v", got, err)
+	}
+	for _, bad := range []string{"x", "0", "256", "-1"} {
+		if _, err := ParseExitCodes(bad); err == nil || !strings.Contains(err.Error(), "--allow-exit-codes") {
+			t.Errorf("ParseExitCodes(%q) = %v, want an error naming the flag", bad, err)
+		}
+	}
+	cfg := Config{AllowExitCodes: []int32{137}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "137") {
+		t.Errorf("--allow-exit-codes 137: %v, want refused", err)
+	}
+}
+
+// TestWatchTemplateChange: --watch follows a change of the pod template,
+// not a scale (an HPA bumps the generation too); a rollout already in
+// progress when verify started is followed at once.
+func TestWatchTemplateChange(t *testing.T) {
+	two := int32(2)
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testName, Generation: 1},
+		Spec:   appsv1.DeploymentSpec{Replicas: &two},
+		Status: appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 2, UpdatedReplicas: 2, AvailableReplicas: 2}}
+	clk := testclock.NewFakeClock(t0)
+	client := fake.NewSimpleClientset(d)
+	r := &runner{cfg: Config{Client: client, Timeout: time.Minute}, clk: clk, progress: func(string) {}}
+	tg := &target{ns: testNS, name: testName, watch: newWatchState(d)}
+	if tg.watch.inProgress {
+		t.Fatal("a settled Deployment reads as a rollout in progress")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.waitTemplateChange(context.Background(), client.AppsV1().Deployments(testNS), tg, 1, t0.Add(time.Minute))
+		done <- err
+	}()
+	update := func(edit func(*appsv1.Deployment)) {
+		cur, err := client.AppsV1().Deployments(testNS).Get(context.Background(), testName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(cur)
+		cur.Generation++
+		if _, err := client.AppsV1().Deployments(testNS).Update(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := func() {
+		for !clk.HasWaiters() {
+			select {
+			case err := <-done:
+				t.Fatalf("returned early: %v", err)
+			default:
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		clk.Step(pollEvery)
+	}
+	step()
+	update(func(d *appsv1.Deployment) { three := int32(3); d.Spec.Replicas = &three }) // a scale
+	step()
+	step()
+	select {
+	case err := <-done:
+		t.Fatalf("a scale was taken for a rollout (err %v)", err)
+	default:
+	}
+	if tg.watch.gen != 2 {
+		t.Errorf("the scale's generation %d not remembered", tg.watch.gen)
+	}
+	update(func(d *appsv1.Deployment) {
+		d.Spec.Template.Annotations = map[string]string{RestartAnnotation: "now"}
+	})
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tg.watch.gen != 3 {
+				t.Errorf("generation %d, want 3", tg.watch.gen)
+			}
+			// In progress at start: old pods of another template remain.
+			d.Status.UpdatedReplicas = 1
+			if w := newWatchState(d); !w.inProgress {
+				t.Error("a Deployment with old-template pods left does not read as a rollout in progress")
+			}
+			return
+		default:
+		}
+		if clk.HasWaiters() {
+			clk.Step(pollEvery)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}

@@ -85,7 +85,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Report, error
 	}
 	r := &runner{cfg: cfg, clk: clk, progress: progress, id: newID()}
 	rep := &Report{Namespace: cfg.Namespace, Deployment: cfg.Deployment, URL: cfg.URL.String(), Host: cfg.Host,
-		Method: cfg.Method, Rate: cfg.Rate, MaxFailures: cfg.MaxFailures, Watch: cfg.Watch, Rollouts: []Rollout{}}
+		Method: cfg.Method, Rate: cfg.Rate, MaxFailures: cfg.MaxFailures, AllowExitCodes: cfg.AllowExitCodes, Requested: cfg.Rollouts, Watch: cfg.Watch, Rollouts: []Rollout{}}
 
 	if err := Preflight(ctx, cfg, r.selfTestNamespace()); err != nil {
 		return rep, err
@@ -101,6 +101,11 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Report, error
 		return rep, err
 	}
 	rep.Replicas = int(d.Status.ReadyReplicas)
+	if cfg.NoRouteCheck {
+		rep.RouteCheck = "not checked (--" + FlagRouteCheck + "=false): the load may reach another backend than the Deployment's pods"
+	} else if rep.RouteCheck, err = r.checkRoute(ctx, d); err != nil {
+		return rep, err
+	}
 
 	var window time.Duration
 	source := ""
@@ -154,6 +159,11 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Report, error
 
 	err = r.verify(ctx, tg, rep)
 	rep.Verdict = decide(rep, cfg.Rollouts)
+	if err != nil && ctx.Err() == nil {
+		// The run could not decide (exit 1): its report must not pass.
+		rep.Verdict.Pass = false
+		rep.Verdict.Reasons = append(rep.Verdict.Reasons, "the run failed: "+err.Error())
+	}
 	return rep, err
 }
 
