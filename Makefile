@@ -32,14 +32,14 @@ image:
 		-tag epwindow:latest -tag epwindow:$(VERSION) -o $(BIN)/epwindow-image.tar
 
 # cluster builds the local cluster (deploy/local, its own Go module; see
-# README "The local cluster"): bin/epwindow-local (control plane + node agent,
+# docs/local-cluster.md): bin/epwindow-local (control plane + node agent,
 # k8s.io/kubernetes v1.37.2), bin/skipper (Zalando Skipper, version pinned
 # in deploy/local/skipper-build/go.mod) and bin/traefik (Traefik, pinned in
 # deploy/local/traefik-build/go.mod), both built unmodified, and the Gateway
 # API CRDs. Make relinks only when their sources change, and Go's build cache
 # keeps compiled packages, so a second `make cluster` takes seconds. A cold
-# build (about 20 min on 2 cores, and 8-10 more for Traefik; see README "The
-# local cluster") lists packages as they compile. The version stamp keeps
+# build (about 20 min on 2 cores, and 8-10 more for Traefik; see
+# docs/local-cluster.md) lists packages as they compile. The version stamp keeps
 # clients happy.
 K8S_VERSION   := v1.37.2
 LOCAL_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \

@@ -16,6 +16,7 @@ require (
 	github.com/moby/term v0.5.2 // indirect
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
+	mvdan.cc/sh/v3 v3.14.1 // indirect
 )
 
 require (

@@ -47,7 +47,7 @@ func TestBinomialCDFExact(t *testing.T) {
 	}
 }
 
-// The figures DESIGN.md and the README quote, from exact binomial values.
+// The figures DESIGN.md and docs/report.md quote, from exact binomial values.
 func TestOrderStatisticBound(t *testing.T) {
 	// n = 59, q = 0.95: the maximum bounds the p95 at 1 − 0.95⁵⁹ ≥ 95%, and
 	// no smaller order statistic does.

@@ -47,11 +47,11 @@ func newApp(name string) *cli.App {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp(appName(os.Args[0])).RunContext(ctx, os.Args)
+	err := runCLI(ctx, newApp(appName(os.Args[0])), os.Args)
 	stop()
 	if err != nil {
 		// cli.Exit errors are handled (printed, exit code) by the app itself.
 		fmt.Fprintln(os.Stderr, "epwindow:", err)
-		os.Exit(1)
+		os.Exit(exitFailure)
 	}
 }

@@ -148,18 +148,18 @@ controller's pods needs in the controller's namespace).`,
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return cli.Exit(fmt.Sprintf("manifests takes no arguments, got %q", c.Args().Slice()), 2)
+				return cli.Exit(fmt.Sprintf("manifests takes no arguments, got %q", c.Args().Slice()), exitUsage)
 			}
 			if v := c.String(flagRBAC); v != "" {
 				return printRBAC(c, v)
 			}
 			p, err := workloadParams(c, c.String(flagNamespace), c.String(flagName))
 			if err != nil {
-				return cli.Exit(err.Error(), 2)
+				return cli.Exit(err.Error(), exitUsage)
 			}
 			wl, err := deploy.Render(p)
 			if err != nil {
-				return cli.Exit(err.Error(), 2)
+				return cli.Exit(err.Error(), exitUsage)
 			}
 			return deploy.WriteYAML(c.App.Writer, wl)
 		},
@@ -177,5 +177,5 @@ func printRBAC(c *cli.Context, variant string) error {
 			return err
 		}
 	}
-	return cli.Exit(fmt.Sprintf("--%s %q: want one of %s", flagRBAC, variant, strings.Join(rbacVariants, ", ")), 2)
+	return cli.Exit(fmt.Sprintf("--%s %q: want one of %s", flagRBAC, variant, strings.Join(rbacVariants, ", ")), exitUsage)
 }

@@ -21,7 +21,7 @@ func runApp(t *testing.T, args ...string) (string, error) {
 	app.Writer, app.ErrWriter = &out, &errOut
 	// cli.Exit errors would end the test binary through os.Exit.
 	app.ExitErrHandler = func(*cli.Context, error) {}
-	err := app.RunContext(context.Background(), append([]string{"epwindow"}, args...))
+	err := runCLI(context.Background(), app, append([]string{"epwindow"}, args...))
 	return out.String(), err
 }
 

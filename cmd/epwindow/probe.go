@@ -122,7 +122,7 @@ func probeConfig(c *cli.Context) (probe.Config, error) {
 func runProbe(c *cli.Context) error {
 	cfg, err := probeConfig(c)
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("epwindow probe: %v", err), 2)
+		return cli.Exit(fmt.Sprintf("epwindow probe: %v", err), exitUsage)
 	}
 	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, nil))
 
@@ -175,7 +175,7 @@ func runProbe(c *cli.Context) error {
 		}
 	}()
 	if err := probe.Run(ctx, cfg, sigterm, log); err != nil {
-		return cli.Exit(fmt.Sprintf("epwindow probe: %v", err), 1)
+		return cli.Exit(fmt.Sprintf("epwindow probe: %v", err), exitFailure)
 	}
 	return nil
 }

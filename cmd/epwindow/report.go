@@ -131,12 +131,7 @@ func readResults(path string, stdin io.Reader) (*results.File, error) {
 
 func runReport(c *cli.Context) error {
 	if c.NArg() != 1 {
-		hint := ""
-		if c.NArg() > 1 && strings.HasPrefix(c.Args().Get(1), "-") {
-			// urfave/cli stops reading flags at the first argument.
-			hint = fmt.Sprintf("; flags go before the file: epwindow report %s %s", strings.Join(c.Args().Slice()[1:], " "), c.Args().First())
-		}
-		return cli.Exit(fmt.Sprintf("epwindow report: want one results file (or - for standard input), got %d arguments%s", c.NArg(), hint), exitUsage)
+		return cli.Exit(fmt.Sprintf("epwindow report: want one results file (or - for standard input), got %d arguments: %q", c.NArg(), c.Args().Slice()), exitUsage)
 	}
 	format := c.String(flagFormat)
 	newReporter, ok := results.Reporters[format]

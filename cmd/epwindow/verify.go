@@ -112,7 +112,7 @@ func verifyConfig(c *cli.Context) (verify.Config, error) {
 	case 0:
 		return cfg, errors.New("name the Deployment: epwindow verify -n NS DEPLOYMENT --url ...")
 	default:
-		return cfg, fmt.Errorf("one DEPLOYMENT, got %d arguments: %v (flags go before it)", c.NArg(), c.Args().Slice())
+		return cfg, fmt.Errorf("one DEPLOYMENT, got %d arguments: %q", c.NArg(), c.Args().Slice())
 	}
 	if s := c.String(verify.FlagURL); s != "" {
 		u, err := url.Parse(s)
