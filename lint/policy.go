@@ -96,18 +96,34 @@ func (x cel) sleepSeconds(cmd string) string {
 	}
 	script := x.shellScript(cmd)
 	return fmt.Sprintf(`(size(%[1]s) == 2 && %[1]s[0].matches('^(.*/)?sleep$') && %[1]s[1].matches('^[0-9]+[smhd]?$') ? %[2]s : `+
-		`(size(%[1]s) > 2 && %[1]s[0].matches(%[3]s) && %[4]s.exists(s, s.matches(%[5]s)) ? %[4]s.map(s, %[6]s)[0] : -1))`,
-		cmd, secs(cmd+"[1]"), celString(reShell), script, celString(reSleepScriptInt), secs("s.find("+celString(reSleepWord)+")"))
+		`(size(%[1]s) > 2 && %[1]s[0].matches(%[3]s) && %[4]s.matches(%[5]s) ? %[6]s : -1))`,
+		cmd, secs(cmd+"[1]"), celString(reShell), script, celString(reSleepScriptInt), secs(script+".find("+celString(reSleepWord)+")"))
 }
 
-// shellScript is the list of the script of `SHELL [-opts] -c SCRIPT` in
-// argv (one element, or none), as lint's shellScript finds it: the first
-// word after argv[0] that is not an option, when an option before it
-// holds c. Two-variable comprehensions (Kubernetes 1.32+) give the index.
+// maxShellOpts is how many option words before a shell's script the policy
+// reads (sh -e -u -x -c SCRIPT has 3, -c included); lint reads any number.
+// Unrolled rather than a two-variable comprehension, which needs
+// Kubernetes 1.32, so that the policy still runs on 1.30.
+const maxShellOpts = 4
+
+// shellScript is the script of `SHELL [-opts] -c SCRIPT` in argv, or ”, as
+// lint's shellScript finds it: the first word after argv[0] that is not an
+// option, when an option before it holds c.
 func (cel) shellScript(argv string) string {
-	isOpt := func(v string) string { return fmt.Sprintf("(%[1]s.startsWith('-') && !%[1]s.startsWith('--'))", v) }
-	return fmt.Sprintf(`%[1]s.transformList(k, w, k >= 1 && !%[2]s && %[1]s.all(j, v, j < 1 || j >= k || %[3]s) && `+
-		`%[1]s.exists(j, v, j >= 1 && j < k && v.matches(%[4]s)), w)`, argv, isOpt("w"), isOpt("v"), celString(reShellOpts))
+	isOpt := func(i int) string {
+		return fmt.Sprintf("(%[1]s[%[2]d].startsWith('-') && !%[1]s[%[2]d].startsWith('--'))", argv, i)
+	}
+	out := "''"
+	for k := maxShellOpts + 1; k >= 2; k-- {
+		var opts, hasC []string
+		for i := 1; i < k; i++ {
+			opts = append(opts, isOpt(i))
+			hasC = append(hasC, fmt.Sprintf("%s[%d].matches(%s)", argv, i, celString(reShellOpts)))
+		}
+		out = fmt.Sprintf("(size(%[1]s) > %[2]d && %[3]s && !%[4]s && (%[5]s) ? %[1]s[%[2]d] : %[6]s)",
+			argv, k, strings.Join(opts, " && "), isOpt(k), strings.Join(hasC, " || "), out)
+	}
+	return out
 }
 
 // celString quotes s as a CEL string literal (raw strings keep regular
@@ -146,7 +162,7 @@ func (x cel) shellPID1() string {
 	argv := "(c.command + (has(c.args) ? c.args : []))"
 	script := x.shellScript(argv)
 	return fmt.Sprintf(`has(c.command) && size(c.command) > 0 && (%[1]s[0].endsWith('.sh') || (%[1]s[0].matches(%[2]s) && size(%[1]s) > 1 && `+
-		`(size(%[3]s) > 0 ? !%[3]s[0].matches(%[4]s) : !%[1]s[1].startsWith('-'))))`,
+		`(%[3]s != '' ? !%[3]s.matches(%[4]s) : !%[1]s[1].startsWith('-'))))`,
 		argv, celString(reShell), script, celString(reExec))
 }
 
