@@ -391,3 +391,45 @@ func TestWatchTemplateChange(t *testing.T) {
 		time.Sleep(100 * time.Microsecond)
 	}
 }
+
+// TestRolloutTimeoutStopsLoop: a rollout that does not complete within
+// --timeout ends the run: no further restart is sent.
+func TestRolloutTimeoutStopsLoop(t *testing.T) {
+	s := newRolloutScene(t, minTail)
+	s.r.cfg.Timeout = 2 * time.Second
+	s.r.cfg.Rollouts = 3
+	rep := &Report{}
+	done := make(chan error, 1)
+	go func() { done <- s.r.verify(context.Background(), &teamTarget{target: s.tg}, rep) }()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			patches := 0
+			for _, a := range s.client.Actions() {
+				if a.GetVerb() == "patch" {
+					patches++
+				}
+			}
+			if patches != 1 || len(rep.Rollouts) != 1 || rep.Rollouts[0].Complete {
+				t.Fatalf("%d restarts, rollouts %+v; want one, not complete", patches, rep.Rollouts)
+			}
+			if !strings.Contains(rep.Rollouts[0].Condition, "not complete after --timeout 2s") ||
+				!strings.Contains(strings.Join(rep.Notes, "\n"), "no further rollout was started") {
+				t.Errorf("condition %q, notes %q", rep.Rollouts[0].Condition, rep.Notes)
+			}
+			if v := decide(rep, 3); v.Pass || !strings.Contains(strings.Join(v.Reasons, "\n"), "1 of 3 rollouts ran") {
+				t.Errorf("verdict %+v", v)
+			}
+			return
+		default:
+		}
+		if s.clk.HasWaiters() {
+			s.clk.Step(10 * time.Millisecond)
+		} else {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
