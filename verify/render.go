@@ -105,8 +105,11 @@ func Text(w io.Writer, r *Report) error {
 		}
 		for _, e := range ro.Exits {
 			mark := ""
-			if e.Killed() {
+			switch {
+			case e.Killed():
 				mark = "  <- SIGKILL: the grace period ran out"
+			case e.Failed(r.AllowExitCodes):
+				mark = "  <- fails the gate (--" + FlagAllowExitCodes + " to accept)"
 			}
 			fmt.Fprintf(&b, "  exit %s%s\n", e, mark)
 		}
