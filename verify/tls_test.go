@@ -2,18 +2,10 @@ package verify
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,30 +14,9 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/epwindow/epwindow/internal/testcert"
 	"github.com/epwindow/epwindow/measure/load"
 )
-
-// selfSigned makes a self-signed certificate for host and writes its PEM
-// to dir/ca.pem.
-func selfSigned(t *testing.T, dir, host string) (tls.Certificate, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, ca
-}
 
 // TestIngressTLS: an https --url is reached with --host as the server name
 // (SNI) and verified against --ingress-ca; --ingress-insecure skips the
@@ -54,7 +25,7 @@ func selfSigned(t *testing.T, dir, host string) (tls.Certificate, string) {
 // loopback.
 func TestIngressTLS(t *testing.T) {
 	const host = "shop.epwindow.test"
-	cert, ca := selfSigned(t, t.TempDir(), host)
+	cert, ca := testcert.SelfSigned(t, host)
 	var mu sync.Mutex
 	var sni []string
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

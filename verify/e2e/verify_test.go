@@ -3,15 +3,21 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +31,7 @@ import (
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
+	"github.com/epwindow/epwindow/internal/testcert"
 	"github.com/epwindow/epwindow/verify"
 )
 
@@ -255,6 +262,7 @@ func TestVerify(t *testing.T) {
 	t.Run("bad input: fails fast, before the self-test", func(t *testing.T) {
 		team(t, "team-input", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
 			c.Command = probeCmd("--exit-on-sigterm")
+			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
 		})
 		c := client(t)
 		ctx := context.Background()
@@ -314,6 +322,33 @@ func TestVerify(t *testing.T) {
 			t.Errorf("the team's Deployment changed: generation %d -> %d", before.Generation, after.Generation)
 		}
 		leftovers(t)
+	})
+
+	// https: the load goes through a TLS front on loopback (a certificate
+	// for the team's host that the test makes, served by Go's reverse
+	// proxy in front of Skipper), with the server name --host and the
+	// certificate verified against --ingress-ca. Skipper here serves
+	// plain HTTP, so the front stands in for an ingress's TLS entry point.
+	// One rollout of the good shape: it must pass.
+	t.Run("https: SNI is --host, verified with --ingress-ca", func(t *testing.T) {
+		team(t, "team-tls", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+			c.Command = probeCmd("--exit-on-sigterm")
+			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+		})
+		front, ca, sni := tlsFront(t, "team-tls.local")
+		rep, _, code := run(t, "team-tls", "--url", front, "--ingress-ca", ca, "--method", "POST", "--rate", "50",
+			"--rollouts", "1", "--self-test=false")
+		if code != 0 || len(rep.Rollouts) != 1 || rep.Rollouts[0].Outcomes.OK == 0 {
+			t.Fatalf("exit %d, rollouts %+v, verdict %+v; want a pass with 2xx through TLS", code, rep.Rollouts, rep.Verdict)
+		}
+		if names := sni(); len(names) == 0 || slices.ContainsFunc(names, func(n string) bool { return n != "team-tls.local" }) {
+			t.Errorf("TLS server names %q, want only --host team-tls.local", names)
+		}
+		// Without the CA the certificate is refused: no 2xx, exit 2.
+		_, stderr, code := run(t, "team-tls", "--url", front, "--rollouts", "1", "--self-test=false")
+		if code != 2 || !strings.Contains(stderr, "no 2xx response") {
+			t.Errorf("without --ingress-ca: exit %d, want 2 naming no 2xx:\n%s", code, stderr)
+		}
 	})
 
 	t.Run("good: the recommended preStop, 3 rollouts, self-test", func(t *testing.T) {
@@ -453,5 +488,34 @@ func leftovers(t *testing.T) {
 		if strings.HasPrefix(ns.Name, "epwindow-verify-") {
 			t.Errorf("self-test namespace %s left behind (%s)", ns.Name, ns.Status.Phase)
 		}
+	}
+}
+
+// tlsFront serves https on loopback with a self-signed certificate for host
+// (written to a PEM file, returned as ca) and proxies to the cluster's
+// ingress, keeping the Host header. sni lists the server names clients sent.
+func tlsFront(t *testing.T, host string) (url, ca string, sni func() []string) {
+	t.Helper()
+	cert, ca := testcert.SelfSigned(t, host)
+	target, err := neturl.Parse(cluster.IngressURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var names []string
+	srv := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(target))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert},
+		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			mu.Lock()
+			names = append(names, h.ServerName)
+			mu.Unlock()
+			return nil, nil
+		}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.URL, ca, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(names)
 	}
 }
