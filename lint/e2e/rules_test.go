@@ -68,7 +68,13 @@ func ruleCases(target lint.Target) []ruleCase {
 		{"sleep infinity", lint.RulePreStopUnknown, execPreStop("sleep", "infinity"), execPreStop("sleep", secs(n))},
 		{"sleep nan", lint.RulePreStopUnknown, execPreStop("/bin/sleep", "nan"), execPreStop("/bin/sleep", secs(n)+"s")},
 		{"sh -e -c sleep with a unit, short", lint.RulePreStopShort, execPreStop("sh", "-e", "-c", "sleep 1s; kill 1"),
-			execPreStop("sh", "-e", "-c", "sleep 1m; kill 1")},
+			// A minute's preStop needs a grace period of 60 s + drain +
+			// headroom: a policy that misread 1m as 1 s would say EPW003,
+			// one that ignored the unit's size would not ask for the grace.
+			func(d *appsv1.Deployment) {
+				execPreStop("sh", "-e", "-c", "sleep 1m; kill 1")(d)
+				d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(60 + target.TailSeconds())
+			}},
 		{"short grace period", lint.RuleGraceShort,
 			func(d *appsv1.Deployment) {
 				d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(target.GraceSeconds(0) - 2))
