@@ -60,9 +60,17 @@ func TestIngressTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			// Run until 5 requests have an outcome (a TLS handshake under
+			// -race on a loaded machine takes a while), at most 30 s.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			_ = g.Run(ctx)
+			stopped := make(chan struct{})
+			go func() { _ = g.Run(ctx); close(stopped) }()
+			for tot := g.Totals(); tot.OK+tot.Failed < 5 && ctx.Err() == nil; tot = g.Totals() {
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			<-stopped
 			tot := g.Totals()
 			if tc.ok && (tot.OK < 5 || tot.Failed != 0) || !tc.ok && (tot.OK != 0 || tot.Failed < 5) {
 				t.Errorf("ok %d failed %d (%v), want all to %v", tot.OK, tot.Failed, g.FailureTotals(), map[bool]string{true: "pass", false: "fail"}[tc.ok])
