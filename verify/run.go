@@ -261,7 +261,11 @@ func (r *runner) baseline(ctx context.Context, tg *teamTarget, rep *Report) erro
 		return usage("no 2xx response from --%s %s with --%s %q in %s (%s): the ingress routes there but no pod of deployment/%s answered; is it listening on its Service's targetPort yet? (kubectl -n %s get endpointslices,pods)",
 			FlagURL, cfg.URL, FlagHost, cfg.Host, baseline, b, cfg.Deployment, cfg.Namespace)
 	}
-	return usage("no 2xx response from --%s %s with --%s %q in %s (%s): check --%s, --%s and --%s", FlagURL, cfg.URL, FlagHost, cfg.Host, baseline, b, FlagURL, FlagHost, FlagPath)
+	hint := ""
+	if cfg.URL.Scheme == "https" {
+		hint = fmt.Sprintf("; for https, is the ingress's certificate for --%s trusted? (--%s FILE, or --%s)", FlagHost, FlagIngressCA, FlagIngressInsecure)
+	}
+	return usage("no 2xx response from --%s %s with --%s %q in %s (%s): check --%s, --%s and --%s%s", FlagURL, cfg.URL, FlagHost, cfg.Host, baseline, b, FlagURL, FlagHost, FlagPath, hint)
 }
 
 // extendBaseline moves the baseline's end to now (the first rollout's
