@@ -2,6 +2,7 @@ package lint
 
 import (
 	"fmt"
+	"math"
 	"path"
 	"regexp"
 	"slices"
@@ -25,14 +26,22 @@ const (
 	// reExec matches a script that runs a command with exec (not exec
 	// with only redirections, which keeps the shell).
 	reExec = `(^|[;&|\n(])\s*exec\s+(-\S+\s+)*[A-Za-z/."'$_]`
-	// reSleepScript matches a script that starts with sleep N (seconds).
-	reSleepScriptInt = `^\s*sleep\s+[0-9]+s?\s*($|[;&\n])`
+	// reSleepScriptInt matches a script that starts with sleep N, N a
+	// whole number with an optional unit (GNU sleep: s, m, h, d).
+	reSleepScriptInt = `^\s*sleep\s+[0-9]+[smhd]?\s*($|[;&\n])`
+	// reSleepWord finds that sleep and its argument in the script.
+	reSleepWord = `sleep\s+[0-9]+[smhd]?`
+	// reSleepNumber is a sleep argument's number: decimal digits only, so
+	// GNU sleep's `infinity` (and strconv's inf, nan, hex and exponents)
+	// is not a length.
+	reSleepNumber = `^([0-9]+(\.[0-9]*)?|\.[0-9]+)$`
 )
 
 var (
 	shellRE       = regexp.MustCompile(reShell)
 	shellOptsRE   = regexp.MustCompile(reShellOpts)
 	execRE        = regexp.MustCompile(reExec)
+	sleepNumberRE = regexp.MustCompile(reSleepNumber)
 	sleepScriptRE = regexp.MustCompile(`^\s*sleep\s+([0-9.]+[smhd]?(\s+[0-9.]+[smhd]?)*)\s*($|[;&\n])`)
 )
 
@@ -107,8 +116,13 @@ func sleepArgs(args []string) (time.Duration, bool) {
 		case strings.HasSuffix(a, "d"):
 			a, unit = a[:len(a)-1], 24*time.Hour
 		}
+		// `sleep infinity` never ends: the kubelet SIGKILLs at the grace
+		// period's end, so it is no length to credit.
+		if !sleepNumberRE.MatchString(a) {
+			return 0, false
+		}
 		f, err := strconv.ParseFloat(a, 64)
-		if err != nil || f < 0 {
+		if err != nil || f < 0 || f*float64(unit) > float64(math.MaxInt64) {
 			return 0, false
 		}
 		total += time.Duration(f * float64(unit))

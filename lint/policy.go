@@ -87,12 +87,43 @@ func (x cel) waivedVar() string {
 }
 
 // sleepSeconds is an exec command's sleep in whole seconds, or -1: `sleep
-// N` or `SHELL -c 'sleep N; …'` (integer seconds only; lint itself reads
-// fractions and units too).
-func (cel) sleepSeconds(cmd string) string {
-	return fmt.Sprintf(`(size(%[1]s) == 2 && %[1]s[0].matches('^(.*/)?sleep$') && %[1]s[1].matches('^[0-9]+s?$') ? int(%[1]s[1].replace('s', '')) : `+
-		`(size(%[1]s) == 3 && %[1]s[0].matches(%[2]s) && %[1]s[1].matches(%[3]s) && %[1]s[2].matches(%[4]s) ? int(%[1]s[2].find('[0-9]+')) : -1))`,
-		cmd, celString(reShell), celString(reShellOpts), celString(reSleepScriptInt))
+// N[smhd]` or `SHELL [-opts] -c 'sleep N[smhd]; …'` (integers only; lint
+// itself reads fractions and several arguments too, so the policy calls
+// those unknown, EPW004).
+func (x cel) sleepSeconds(cmd string) string {
+	secs := func(s string) string {
+		return fmt.Sprintf(`(int(%[1]s.find('[0-9]+')) * (%[1]s.endsWith('m') ? 60 : (%[1]s.endsWith('h') ? 3600 : (%[1]s.endsWith('d') ? 86400 : 1))))`, s)
+	}
+	script := x.shellScript(cmd)
+	return fmt.Sprintf(`(size(%[1]s) == 2 && %[1]s[0].matches('^(.*/)?sleep$') && %[1]s[1].matches('^[0-9]+[smhd]?$') ? %[2]s : `+
+		`(size(%[1]s) > 2 && %[1]s[0].matches(%[3]s) && %[4]s.matches(%[5]s) ? %[6]s : -1))`,
+		cmd, secs(cmd+"[1]"), celString(reShell), script, celString(reSleepScriptInt), secs(script+".find("+celString(reSleepWord)+")"))
+}
+
+// maxShellOpts is how many option words before a shell's script the policy
+// reads (sh -e -u -x -c SCRIPT has 3, -c included); lint reads any number.
+// Unrolled rather than a two-variable comprehension, which needs
+// Kubernetes 1.32, so that the policy still runs on 1.30.
+const maxShellOpts = 4
+
+// shellScript is the script of `SHELL [-opts] -c SCRIPT` in argv, or ”, as
+// lint's shellScript finds it: the first word after argv[0] that is not an
+// option, when an option before it holds c.
+func (cel) shellScript(argv string) string {
+	isOpt := func(i int) string {
+		return fmt.Sprintf("(%[1]s[%[2]d].startsWith('-') && !%[1]s[%[2]d].startsWith('--'))", argv, i)
+	}
+	out := "''"
+	for k := maxShellOpts + 1; k >= 2; k-- {
+		var opts, hasC []string
+		for i := 1; i < k; i++ {
+			opts = append(opts, isOpt(i))
+			hasC = append(hasC, fmt.Sprintf("%s[%d].matches(%s)", argv, i, celString(reShellOpts)))
+		}
+		out = fmt.Sprintf("(size(%[1]s) > %[2]d && %[3]s && !%[4]s && (%[5]s) ? %[1]s[%[2]d] : %[6]s)",
+			argv, k, strings.Join(opts, " && "), isOpt(k), strings.Join(hasC, " || "), out)
+	}
+	return out
 }
 
 // celString quotes s as a CEL string literal (raw strings keep regular
@@ -127,11 +158,12 @@ func (x cel) hook() string {
 
 // shellPID1 is true for a container whose PID 1 is a shell that will not
 // forward SIGTERM (the common forms of lint's shellPID1).
-func (cel) shellPID1() string {
+func (x cel) shellPID1() string {
 	argv := "(c.command + (has(c.args) ? c.args : []))"
+	script := x.shellScript(argv)
 	return fmt.Sprintf(`has(c.command) && size(c.command) > 0 && (%[1]s[0].endsWith('.sh') || (%[1]s[0].matches(%[2]s) && size(%[1]s) > 1 && `+
-		`(%[1]s[1].matches(%[3]s) ? (size(%[1]s) > 2 && !%[1]s[2].matches(%[4]s)) : !%[1]s[1].startsWith('-'))))`,
-		argv, celString(reShell), celString(reShellOpts), celString(reExec))
+		`(%[3]s != '' ? !%[3]s.matches(%[4]s) : !%[1]s[1].startsWith('-'))))`,
+		argv, celString(reShell), script, celString(reExec))
 }
 
 func (x cel) variables() []admissionv1.Variable {

@@ -1,16 +1,20 @@
 package verify
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
@@ -35,6 +39,10 @@ const (
 	FlagIngressClass       = "ingress-class"
 	FlagImage              = "image"
 	FlagLoadTimeout        = "load-timeout"
+	FlagIngressCA          = "ingress-ca"
+	FlagIngressInsecure    = "ingress-insecure"
+	FlagAllowExitCodes     = "allow-exit-codes"
+	FlagRouteCheck         = "route-check"
 )
 
 // CheckPort is --check-port PORT[/PATH]: the container port read through the
@@ -60,6 +68,8 @@ func (c CheckPort) String() string { return strconv.Itoa(int(c.Port)) + c.Path }
 // Config is one verify run.
 type Config struct {
 	Client kubernetes.Interface
+	// Dynamic reads HTTPRoutes for the route check (nil: Ingresses only).
+	Dynamic dynamic.Interface
 	// Namespace and Deployment name the team's Deployment.
 	Namespace, Deployment string
 	// URL is the ingress as reachable from here, with --path applied; Host
@@ -91,6 +101,16 @@ type Config struct {
 	// (--window-from), for the shape estimate; 0 = unknown.
 	Window       time.Duration
 	WindowSource string
+	// TLS is how an https --url is reached (--ingress-ca,
+	// --ingress-insecure); the server name is the Host header (load.Config).
+	TLS *tls.Config
+	// AllowExitCodes are non-zero exit codes of replaced containers that
+	// do not fail the gate (--allow-exit-codes, e.g. 143 for an app that
+	// exits by the default SIGTERM action). 137 and OOMKilled always fail.
+	AllowExitCodes []int32
+	// NoRouteCheck skips the check that the route of --host/--path leads
+	// to a Service selecting the Deployment's pods (--route-check=false).
+	NoRouteCheck bool
 	// PollInterval is the pod-proxy poll of --check-port (0 = 100ms).
 	PollInterval time.Duration
 	Clock        clock.Clock
@@ -140,6 +160,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--%s %q: %s", FlagIngressClass, c.IngressClass, strings.Join(errs1, "; ")))
 		}
 	}
+	for _, code := range c.AllowExitCodes {
+		if code == 137 || code == 0 {
+			errs = append(errs, fmt.Errorf("--%s %d: 137 (SIGKILL: the grace period ran out, or out of memory) always fails the gate, and 0 is no failure", FlagAllowExitCodes, code))
+		}
+	}
 	if c.Window < 0 {
 		errs = append(errs, fmt.Errorf("--%s: negative window %s", FlagWindowFrom, c.Window))
 	}
@@ -151,4 +176,49 @@ func (c Config) pollInterval() time.Duration {
 		return c.PollInterval
 	}
 	return 100 * time.Millisecond
+}
+
+// ParseExitCodes reads --allow-exit-codes: comma-separated exit codes 1-255.
+func ParseExitCodes(s string) ([]int32, error) {
+	var out []int32
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 255 {
+			return nil, fmt.Errorf("--%s %q: want exit codes 1-255, comma-separated, e.g. 143", FlagAllowExitCodes, s)
+		}
+		out = append(out, int32(n))
+	}
+	return out, nil
+}
+
+// IngressTLS is the TLS configuration for an https --url: the CA of
+// --ingress-ca (PEM), or no verification with --ingress-insecure, or nil
+// (the system roots). The server name (SNI) is --host, set by the load
+// generator. Either flag with an http URL is an error: it would do nothing.
+func IngressTLS(caFile string, insecure bool, u *url.URL) (*tls.Config, error) {
+	if caFile == "" && !insecure {
+		return nil, nil
+	}
+	if u != nil && u.Scheme != "https" {
+		return nil, fmt.Errorf("--%s and --%s are for an https --%s; %s is not", FlagIngressCA, FlagIngressInsecure, FlagURL, u)
+	}
+	if caFile != "" && insecure {
+		return nil, fmt.Errorf("--%s and --%s: choose one", FlagIngressCA, FlagIngressInsecure)
+	}
+	if insecure {
+		return &tls.Config{InsecureSkipVerify: true}, nil //nolint:gosec // asked for by --ingress-insecure
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", FlagIngressCA, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--%s %s: no PEM certificate in it", FlagIngressCA, caFile)
+	}
+	return &tls.Config{RootCAs: pool}, nil
 }

@@ -12,7 +12,9 @@ import (
 
 // Permissions lists what verify needs with cfg, verb by verb: on the team's
 // namespace (ScopeFixed, cfg.Namespace) and, for the self-test, in the
-// namespace it creates (ScopeRun).
+// namespace it creates (ScopeRun). The route check also reads HTTPRoutes
+// in the namespace, and Ingresses and HTTPRoutes in every namespace to
+// name where a wrong --host leads, when allowed; those are not required.
 func Permissions(cfg Config) []deploy.Perm {
 	fixed := func(group, resource, sub, why string, verbs ...string) []deploy.Perm {
 		var out []deploy.Perm
@@ -35,13 +37,19 @@ func Permissions(cfg Config) []deploy.Perm {
 	}
 	ps = append(ps, fixed("", "pods", "", "the Deployment's pods: deletions, readiness and exit codes", "list", "watch")...)
 	ps = append(ps, fixed("discovery.k8s.io", "endpointslices", "", "when a terminating pod's address leaves the EndpointSlices", "list", "watch")...)
+	if !cfg.NoRouteCheck {
+		ps = append(ps, fixed("networking.k8s.io", "ingresses", "", "the route check: the Ingress that routes --host/--path (or --route-check=false)", "list")...)
+		ps = append(ps, fixed("", "services", "", "the route check: the Service the route sends to must select the Deployment's pods", "get")...)
+	}
 	if cfg.CheckPort != nil {
 		ps = append(ps, fixed("", "pods", "proxy", "--check-port reads each pod's port through the pod proxy", "get")...)
 	}
 	if cfg.SelfTest {
 		if cfg.IngressClass == "" {
 			ps = append(ps, fixed("", "services", "", "find the Ingress that routes to the Deployment (its class is the canary's; or pass --ingress-class)", "list")...)
-			ps = append(ps, fixed("networking.k8s.io", "ingresses", "", "find the Ingress that routes to the Deployment", "list")...)
+			if cfg.NoRouteCheck {
+				ps = append(ps, fixed("networking.k8s.io", "ingresses", "", "find the Ingress that routes to the Deployment", "list")...)
+			}
 			ps = append(ps, scoped(deploy.ScopeCluster, "networking.k8s.io", "ingressclasses", "the default IngressClass, when no Ingress names one", "list")...)
 		}
 		ps = append(ps, scoped(deploy.ScopeCluster, "", "namespaces", "the self-test's own namespace: created, deleted at exit", "create", "get", "delete")...)

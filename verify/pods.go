@@ -129,16 +129,36 @@ func (t *tracker) onPod(now time.Time, o any, deleted bool) {
 	}
 }
 
-// podExits lists the pod's terminated containers (current state, else the
-// last termination of a restarted one).
+// podExits lists the pod's terminated containers: app, init and native
+// sidecar (an init container with restartPolicy Always, which the kubelet
+// stops after the app containers), each in its current state and, when it
+// restarted, its last termination (LastTerminationState) — a container
+// killed once and restarted is still a failed shutdown.
 func podExits(p *corev1.Pod) []PodExit {
-	var out []PodExit
-	for _, cs := range p.Status.ContainerStatuses {
-		term := cs.State.Terminated
-		if term == nil {
-			continue
+	sidecar := map[string]bool{}
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sidecar[c.Name] = true
 		}
-		out = append(out, PodExit{Pod: p.Name, Container: cs.Name, ExitCode: term.ExitCode, Reason: term.Reason})
+	}
+	var out []PodExit
+	add := func(cs corev1.ContainerStatus, kind string) {
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			out = append(out, PodExit{Pod: p.Name, Container: cs.Name, Kind: kind, Previous: true, ExitCode: t.ExitCode, Reason: t.Reason})
+		}
+		if t := cs.State.Terminated; t != nil {
+			out = append(out, PodExit{Pod: p.Name, Container: cs.Name, Kind: kind, ExitCode: t.ExitCode, Reason: t.Reason})
+		}
+	}
+	for _, cs := range p.Status.InitContainerStatuses {
+		kind := ContainerInit
+		if sidecar[cs.Name] {
+			kind = ContainerSidecar
+		}
+		add(cs, kind)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		add(cs, "")
 	}
 	return out
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"time"
 )
@@ -75,6 +74,9 @@ func Text(w io.Writer, r *Report) error {
 		fmt.Fprintf(&b, " (Host %s)", r.Host)
 	}
 	b.WriteString("\n")
+	if r.RouteCheck != "" {
+		fmt.Fprintf(&b, "route: %s\n", r.RouteCheck)
+	}
 	if st := r.SelfTest; st != nil {
 		fmt.Fprintf(&b, "self-test (broken canary, %d replicas, %d terminations): %s\n", st.Replicas, st.Terminations, st.Outcomes)
 		if st.Blind {
@@ -103,8 +105,11 @@ func Text(w io.Writer, r *Report) error {
 		}
 		for _, e := range ro.Exits {
 			mark := ""
-			if e.Killed() {
+			switch {
+			case e.Killed():
 				mark = "  <- SIGKILL: the grace period ran out"
+			case e.Failed(r.AllowExitCodes):
+				mark = "  <- fails the gate (--" + FlagAllowExitCodes + " to accept)"
 			}
 			fmt.Fprintf(&b, "  exit %s%s\n", e, mark)
 		}
@@ -145,6 +150,9 @@ func Markdown(w io.Writer, r *Report) error {
 	}
 	if len(r.Verdict.Reasons) > 0 {
 		b.WriteString("\n")
+	}
+	if r.RouteCheck != "" {
+		fmt.Fprintf(&b, "Route: %s\n\n", r.RouteCheck)
 	}
 	if st := r.SelfTest; st != nil {
 		fmt.Fprintf(&b, "Self-test (broken canary, %d terminations): %s", st.Terminations, st.Outcomes)
@@ -235,11 +243,27 @@ type junitFailure struct {
 	Text    string `xml:",chardata"`
 }
 
-// JUnit writes the report as JUnit XML.
+// JUnit writes the report as JUnit XML. Its test cases fail exactly when
+// the verdict does: the baseline, the self-test, each rollout (its
+// failures once the run's total passes --max-failures, a rollout not
+// complete, a failed exit), the number of rollouts that ran, and whatever
+// else stopped the run.
 func JUnit(w io.Writer, r *Report) error {
 	class := "epwindow.verify." + r.Namespace + "." + r.Deployment
 	s := junitSuite{Name: "epwindow verify " + r.Namespace + "/" + r.Deployment}
 	var total time.Duration
+	fail := func(c *junitCase, typ string, why []string) {
+		if len(why) > 0 {
+			c.Failure = &junitFailure{Message: why[0], Type: typ, Text: strings.Join(why, "\n")}
+		}
+	}
+	if b := r.Baseline; b != nil {
+		c := junitCase{Name: "baseline: the route answers before any rollout", ClassName: class, Time: "0", SystemOut: b.String()}
+		if b.Failures() > 0 {
+			fail(&c, "baseline", []string{fmt.Sprintf("%d requests failed before any rollout: the app or the route fails without a rollout", b.Failures())})
+		}
+		s.Cases = append(s.Cases, c)
+	}
 	if st := r.SelfTest; st != nil {
 		c := junitCase{Name: "self-test: broken canary fails requests", ClassName: class, Time: "0", SystemOut: st.Outcomes.String()}
 		if st.Blind {
@@ -247,6 +271,7 @@ func JUnit(w io.Writer, r *Report) error {
 		}
 		s.Cases = append(s.Cases, c)
 	}
+	failed := 0
 	for _, ro := range r.Rollouts {
 		total += ro.Duration()
 		c := junitCase{Name: fmt.Sprintf("rollout %d", ro.N), ClassName: class, Time: fmt.Sprintf("%.3f", ro.Duration().Seconds())}
@@ -254,24 +279,42 @@ func JUnit(w io.Writer, r *Report) error {
 		if !ro.Complete {
 			why = append(why, "not complete: "+ro.Condition)
 		}
-		if n := ro.Outcomes.Failures(); n > 0 {
-			why = append(why, fmt.Sprintf("%d failed requests: %s; %s", n, ro.Outcomes, sideSummary(ro)))
+		// --max-failures is over all rollouts: a rollout's failures fail
+		// its case once the total so far passes it.
+		n := ro.Outcomes.Failures()
+		failed += n
+		if n > 0 && failed > r.MaxFailures {
+			why = append(why, fmt.Sprintf("%d failed requests (%d so far, --%s %d): %s; %s", n, failed, FlagMaxFailures, r.MaxFailures, ro.Outcomes, sideSummary(ro)))
 		}
-		for _, e := range ro.Exits {
-			if e.Killed() {
-				why = append(why, "SIGKILL: "+e.String())
-			}
-		}
+		why = append(why, exitReasons(ro, r.AllowExitCodes)...)
 		var out []string
 		out = append(out, "responses: "+ro.Outcomes.String())
 		for _, p := range ro.Ports {
 			out = append(out, "port "+p.String())
 		}
 		c.SystemOut = strings.Join(out, "\n")
-		if len(why) > 0 {
-			sort.Strings(why)
-			c.Failure = &junitFailure{Message: why[0], Type: "rollout", Text: strings.Join(why, "\n")}
+		fail(&c, "rollout", why)
+		s.Cases = append(s.Cases, c)
+	}
+	if r.Requested > 0 && !r.Verdict.Blind {
+		c := junitCase{Name: fmt.Sprintf("rollouts: %d requested", r.Requested), ClassName: class, Time: "0"}
+		switch {
+		case r.Interrupted:
+			fail(&c, "interrupted", []string{fmt.Sprintf("interrupted after %d of %d rollouts", len(r.Rollouts), r.Requested)})
+		case len(r.Rollouts) < r.Requested:
+			fail(&c, "rollouts", []string{fmt.Sprintf("%d of %d rollouts ran", len(r.Rollouts), r.Requested)})
 		}
+		s.Cases = append(s.Cases, c)
+	}
+	// Whatever else failed the verdict (the run's own error) fails a case
+	// of its own, so that the file never passes a run that did not.
+	if !r.Verdict.Pass && !anyFailed(s.Cases) {
+		c := junitCase{Name: "verdict", ClassName: class, Time: "0"}
+		why := r.Verdict.Reasons
+		if len(why) == 0 {
+			why = []string{"the gate did not pass"}
+		}
+		fail(&c, "verdict", why)
 		s.Cases = append(s.Cases, c)
 	}
 	for _, c := range s.Cases {
@@ -291,4 +334,13 @@ func JUnit(w io.Writer, r *Report) error {
 	}
 	_, err := io.WriteString(w, "\n")
 	return err
+}
+
+func anyFailed(cs []junitCase) bool {
+	for _, c := range cs {
+		if c.Failure != nil {
+			return true
+		}
+	}
+	return false
 }

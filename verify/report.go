@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -40,6 +41,13 @@ type Report struct {
 	Rate        float64 `json:"rate"`
 	Replicas    int     `json:"replicas"`
 	MaxFailures int     `json:"max_failures"`
+	// AllowExitCodes are the non-zero exits that do not fail the gate.
+	AllowExitCodes []int32 `json:"allow_exit_codes,omitempty"`
+	// RouteCheck says how the route of --host/--path was checked to lead
+	// to the Deployment's pods, or that it was not (--route-check=false).
+	RouteCheck string `json:"route_check,omitempty"`
+	// Requested is --rollouts: how many rollouts the run was to see.
+	Requested int `json:"rollouts_requested"`
 	// Watch is true when the rollouts were started elsewhere (--watch).
 	Watch    bool      `json:"watch,omitempty"`
 	SelfTest *SelfTest `json:"self_test,omitempty"`
@@ -141,7 +149,8 @@ func (r Rollout) Sides() map[string]int {
 
 // Failure is one failed request and the pod event it is attributed to.
 type Failure struct {
-	// AtNS is the request's scheduled instant, from the rollout's start.
+	// AtNS is the request's scheduled instant, from the rollout's start
+	// (negative: after the previous rollout's tail, before this start).
 	AtNS int64  `json:"at_ns"`
 	Kind string `json:"kind"`
 	Side string `json:"side"`
@@ -158,17 +167,45 @@ type Failure struct {
 type PodExit struct {
 	Pod       string `json:"pod"`
 	Container string `json:"container"`
-	ExitCode  int32  `json:"exit_code"`
-	Reason    string `json:"reason,omitempty"`
+	// Kind is "init" or "sidecar" (an init container with restartPolicy
+	// Always) for those; empty for an app container.
+	Kind string `json:"kind,omitempty"`
+	// Previous is set for the container's last termination before a
+	// restart (LastTerminationState), not its final one.
+	Previous bool   `json:"previous,omitempty"`
+	ExitCode int32  `json:"exit_code"`
+	Reason   string `json:"reason,omitempty"`
 }
+
+// Container kinds of PodExit.Kind.
+const (
+	ContainerInit    = "init"
+	ContainerSidecar = "sidecar"
+)
 
 // Killed reports a SIGKILL: exit 137 (128 + 9, the kubelet's kill at the end
 // of the grace period, or the kernel's OOM killer) or the OOMKilled reason.
 func (e PodExit) Killed() bool { return e.ExitCode == 137 || e.Reason == "OOMKilled" }
 
-// String reads "web-7d9-abc/app: 137 (Error, SIGKILL)".
+// Failed reports an exit that fails the gate: a SIGKILL, or any other
+// non-zero exit not in allowed (143 is 128 + SIGTERM: the app died of the
+// default action of the signal it should drain on).
+func (e PodExit) Failed(allowed []int32) bool {
+	return e.Killed() || e.ExitCode != 0 && !slices.Contains(allowed, e.ExitCode)
+}
+
+// String reads "web-7d9-abc/app: 137 (Error, SIGKILL)", with "(sidecar)" or
+// "(init)" after the container and "before a restart" for a previous
+// termination.
 func (e PodExit) String() string {
-	s := fmt.Sprintf("%s/%s: %d", e.Pod, e.Container, e.ExitCode)
+	name := e.Container
+	if e.Kind != "" {
+		name += " (" + e.Kind + ")"
+	}
+	s := fmt.Sprintf("%s/%s: %d", e.Pod, name, e.ExitCode)
+	if e.Previous {
+		s = fmt.Sprintf("%s/%s: %d before a restart", e.Pod, name, e.ExitCode)
+	}
 	var why []string
 	if e.Reason != "" {
 		why = append(why, e.Reason)

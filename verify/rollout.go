@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -27,36 +28,71 @@ func restartPatch(now time.Time) []byte {
 
 // rolloutComplete reports whether the Deployment's rollout is done, as
 // kubectl rollout status decides it (kubectl
-// pkg/polymorphichelpers/rollout_status.go): the controller saw the latest
-// generation, every replica is updated and available, and no old one is
-// left. failed is the Progressing condition's message when the progress
-// deadline passed.
+// pkg/polymorphichelpers/rollout_status.go, DeploymentStatusViewer): only
+// once the controller has observed the latest generation are the
+// Progressing condition and the counts read — a restart of a Deployment
+// whose last rollout hit its deadline still carries the old condition
+// until then. failed is the condition's message when the progress deadline
+// passed.
 func rolloutComplete(d *appsv1.Deployment) (done bool, failed string) {
-	for _, c := range d.Status.Conditions {
+	st := d.Status
+	if st.ObservedGeneration < d.Generation {
+		return false, ""
+	}
+	for _, c := range st.Conditions {
 		if c.Type == appsv1.DeploymentProgressing && c.Reason == "ProgressDeadlineExceeded" {
 			return false, fmt.Sprintf("%s: %s", c.Reason, c.Message)
 		}
 	}
-	want := int32(1)
-	if d.Spec.Replicas != nil {
-		want = *d.Spec.Replicas
-	}
-	st := d.Status
-	return st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == want && st.Replicas == want &&
-		st.AvailableReplicas == want, ""
+	want := replicasOf(d)
+	return st.UpdatedReplicas >= want && st.Replicas <= st.UpdatedReplicas && st.AvailableReplicas >= st.UpdatedReplicas, ""
+}
+
+// loadStats is what a rollout reads of its load (a *load.Generator).
+type loadStats interface {
+	Totals() load.Totals
+	Settle(ctx context.Context, t time.Time) error
+	FailureEvents(from, to time.Time) []load.Failure
 }
 
 // target is a Deployment under load: the team's, or the self-test's canary.
 type target struct {
 	ns, name string
 	track    *tracker
-	gen      *load.Generator
+	gen      loadStats
 	// lag is how long an ingress may still route to a pod after its
 	// address left the slices (attribution); tail how long a rollout's
 	// failures are collected after its last replaced pod is gone.
 	lag, tail time.Duration
 	check     bool
 	res       time.Duration
+	// from is where the next rollout's failures start: the end of the
+	// previous rollout's tail (or of the baseline), so that every failed
+	// request, by its scheduled instant, lands in exactly one rollout.
+	from time.Time
+	// watch is what --watch has seen of the Deployment: a rollout is a
+	// change of the pod template from this one.
+	watch *watchState
+}
+
+// watchState is the Deployment as --watch last saw it.
+type watchState struct {
+	gen  int64
+	tmpl corev1.PodTemplateSpec
+	// inProgress: a template rollout was already running when verify
+	// started; the first rollout waited for is that one.
+	inProgress bool
+}
+
+// newWatchState reads what --watch follows from d, before the self-test, so
+// a rollout that starts during the self-test is not missed. A rollout is in
+// progress when pods of an older template are still there (or the
+// controller has not yet seen the latest generation, which is confirmed
+// after: see replaced).
+func newWatchState(d *appsv1.Deployment) *watchState {
+	st := d.Status
+	return &watchState{gen: d.Generation, tmpl: *d.Spec.Template.DeepCopy(),
+		inProgress: st.ObservedGeneration < d.Generation || st.UpdatedReplicas < st.Replicas}
 }
 
 // pollEvery is how often the Deployment is read while a rollout runs.
@@ -65,55 +101,126 @@ const pollEvery = 250 * time.Millisecond
 // rollout runs (or, with watch, waits for) one rollout of tg and reports it.
 // started is called once the restart was sent: from then on the rollout is
 // the Deployment controller's to finish, Ctrl-C or not.
-func (r *runner) rollout(ctx context.Context, tg *target, n int, watch bool, started func()) (Rollout, error) {
+func (r *runner) rollout(ctx context.Context, tg *target, n int, started func()) (Rollout, error) {
 	c := r.cfg.Client.AppsV1().Deployments(tg.ns)
 	ro := Rollout{N: n}
-	old := tg.track.alive()
-	okBefore := tg.gen.Totals().OK
 	begin := r.clk.Now()
 	deadline := begin.Add(r.cfg.Timeout)
-
-	if watch {
-		d, err := c.Get(ctx, tg.name, metav1.GetOptions{})
-		if err != nil {
-			return ro, fmt.Errorf("get deployment %s/%s: %w", tg.ns, tg.name, err)
-		}
-		gen0 := d.Generation
-		r.say("waiting for rollout %d of %s/%s to start elsewhere (--%s, up to --%s %s)", n, tg.ns, tg.name, FlagWatch, FlagTimeout, r.cfg.Timeout)
-		for d.Generation == gen0 {
-			if err := r.sleep(ctx, deadline); err != nil {
-				return ro, fmt.Errorf("no rollout of %s/%s started within --%s %s: %w", tg.ns, tg.name, FlagTimeout, r.cfg.Timeout, err)
+	for {
+		old := tg.track.alive()
+		okBefore := tg.gen.Totals().OK
+		// mixed: old holds pods of the new template too (a rollout already
+		// in progress when --watch started); only its deleted ones were
+		// replaced.
+		mixed := false
+		if tg.watch != nil {
+			var err error
+			if mixed, err = r.waitTemplateChange(ctx, c, tg, n, deadline); err != nil {
+				return ro, err
 			}
-			if d, err = c.Get(ctx, tg.name, metav1.GetOptions{}); err != nil {
-				return ro, fmt.Errorf("get deployment %s/%s: %w", tg.ns, tg.name, err)
+			// The replaced pods are those alive when the new template was
+			// seen; the wait may have been long.
+			old = tg.track.alive()
+			okBefore = tg.gen.Totals().OK
+		} else {
+			if err := ctx.Err(); err != nil {
+				return ro, context.Cause(ctx)
 			}
+			// The patch is one request: it either happened or not. It runs
+			// to its answer even on Ctrl-C, so verify always knows which.
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			_, err := c.Patch(pctx, tg.name, types.StrategicMergePatchType, restartPatch(r.clk.Now()), metav1.PatchOptions{})
+			cancel()
+			if err != nil {
+				return ro, fmt.Errorf("restart deployment %s/%s (patch %s): %w", tg.ns, tg.name, RestartAnnotation, err)
+			}
+			started()
 		}
-		// The replaced pods are those alive when the new generation was
-		// seen; the wait may have been long.
-		old = tg.track.alive()
-		okBefore = tg.gen.Totals().OK
-	} else {
-		if err := ctx.Err(); err != nil {
-			return ro, context.Cause(ctx)
-		}
-		// The patch is one request: it either happened or not. It runs to
-		// its answer even on Ctrl-C, so verify always knows which.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		_, err := c.Patch(pctx, tg.name, types.StrategicMergePatchType, restartPatch(r.clk.Now()), metav1.PatchOptions{})
-		cancel()
+		ro.Started = r.clk.Now()
+		r.say("rollout %d of %s/%s: started", n, tg.ns, tg.name)
+		lastGone, err := r.follow(ctx, c, tg, &ro, old, mixed, deadline)
 		if err != nil {
-			return ro, fmt.Errorf("restart deployment %s/%s (patch %s): %w", tg.ns, tg.name, RestartAnnotation, err)
+			return ro, err
 		}
-		started()
+		if tg.watch != nil && ro.Complete && !anyDeleted(tg.track.snapshot(), old) {
+			// The generation moved and the rollout completed, but no pod was
+			// replaced (a scale, not a template change): not a rollout.
+			r.say("rollout %d of %s/%s: no pod was replaced (a scale?); still waiting", n, tg.ns, tg.name)
+			ro = Rollout{N: n}
+			continue
+		}
+		// Failures after the last pod went still belong to this rollout
+		// while the ingress may route to a vanished address: the whole tail
+		// is waited for, then every request scheduled before its end has
+		// its outcome (Settle), filed under its scheduled instant.
+		end := lastGone.Add(tg.tail)
+		if err := r.waitUntil(ctx, end); err != nil {
+			return ro, err
+		}
+		if err := tg.gen.Settle(ctx, end); err != nil {
+			return ro, err
+		}
+		from := tg.from
+		if from.IsZero() {
+			from = begin
+		}
+		tg.from = end
+		r.collect(&ro, tg, old, from, end, okBefore)
+		if ks := tg.gen.Totals().FailuresKeptSince; !ks.IsZero() && ks.After(from) {
+			return ro, fmt.Errorf("rollout %d: the load generator's failure history overflowed (%d failures kept) and lost failures of this rollout: its count is incomplete, so the gate cannot decide; lower --%s or --%s",
+				n, load.DefaultFailureHistory, FlagRate, FlagTimeout)
+		}
+		return ro, nil
 	}
-	ro.Started = r.clk.Now()
-	r.say("rollout %d of %s/%s: started", n, tg.ns, tg.name)
+}
 
-	// Complete, as kubectl rollout status says.
+// waitTemplateChange waits (--watch) until the Deployment's pod template
+// differs from the one last seen, or returns at once for a rollout already
+// in progress when verify started. A new generation with the same template
+// (an HPA or a person scaling) is remembered and waited past.
+func (r *runner) waitTemplateChange(ctx context.Context, c deploymentGetter, tg *target, n int, deadline time.Time) (inProgress bool, _ error) {
+	w := tg.watch
+	if w.inProgress {
+		w.inProgress = false
+		r.say("rollout %d of %s/%s: already in progress when verify started; following it", n, tg.ns, tg.name)
+		return true, nil
+	}
+	r.say("waiting for rollout %d of %s/%s to start elsewhere (--%s, up to --%s %s)", n, tg.ns, tg.name, FlagWatch, FlagTimeout, r.cfg.Timeout)
 	for {
 		d, err := c.Get(ctx, tg.name, metav1.GetOptions{})
 		if err != nil {
-			return ro, fmt.Errorf("get deployment %s/%s: %w", tg.ns, tg.name, err)
+			return false, fmt.Errorf("get deployment %s/%s: %w", tg.ns, tg.name, err)
+		}
+		if d.Generation != w.gen {
+			changed := !apiequality.Semantic.DeepEqual(d.Spec.Template, w.tmpl)
+			w.gen, w.tmpl = d.Generation, *d.Spec.Template.DeepCopy()
+			if changed {
+				return false, nil
+			}
+		}
+		if err := r.sleep(ctx, deadline); err != nil {
+			if ctx.Err() != nil {
+				return false, context.Cause(ctx)
+			}
+			return false, fmt.Errorf("no rollout of %s/%s started within --%s %s: %w", tg.ns, tg.name, FlagTimeout, r.cfg.Timeout, err)
+		}
+	}
+}
+
+// deploymentGetter is the part of the Deployments client a rollout reads.
+type deploymentGetter interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*appsv1.Deployment, error)
+}
+
+// follow waits for the rollout to complete, as kubectl rollout status says,
+// then for the replaced pods to be gone, and returns when the last one went
+// (or now, when the rollout did not complete).
+func (r *runner) follow(ctx context.Context, c deploymentGetter, tg *target, ro *Rollout, old map[types.UID]podState, mixed bool, deadline time.Time) (time.Time, error) {
+	n := ro.N
+	for {
+		d, err := c.Get(ctx, tg.name, metav1.GetOptions{})
+		if err != nil {
+			return time.Time{}, fmt.Errorf("get deployment %s/%s: %w", tg.ns, tg.name, err)
 		}
 		done, failed := rolloutComplete(d)
 		if done {
@@ -127,43 +234,52 @@ func (r *runner) rollout(ctx context.Context, tg *target, n int, watch bool, sta
 		}
 		if err := r.sleep(ctx, deadline); err != nil {
 			if ctx.Err() != nil {
-				return ro, context.Cause(ctx)
+				return time.Time{}, context.Cause(ctx)
 			}
 			ro.Condition = fmt.Sprintf("not complete after --%s %s: %d of %d replicas updated, %d available",
 				FlagTimeout, r.cfg.Timeout, d.Status.UpdatedReplicas, replicasOf(d), d.Status.AvailableReplicas)
 			break
 		}
 	}
+	if !ro.Complete {
+		return r.clk.Now(), nil
+	}
 	// The replaced pods' exit codes are in their last status, before the
 	// object goes.
-	if ro.Complete {
-		r.say("rollout %d of %s/%s: complete in %s; waiting for the replaced pods to go", n, tg.ns, tg.name, ro.Duration().Round(time.Millisecond))
-		for !allGone(tg.track.snapshot(), old) {
-			if err := r.sleep(ctx, deadline); err != nil {
-				if ctx.Err() != nil {
-					return ro, context.Cause(ctx)
-				}
-				ro.Condition = fmt.Sprintf("replaced pods still terminating after --%s %s", FlagTimeout, r.cfg.Timeout)
-				ro.Complete = false
-				break
+	r.say("rollout %d of %s/%s: complete in %s; waiting for the replaced pods to go", n, tg.ns, tg.name, ro.Duration().Round(time.Millisecond))
+	for {
+		pods := tg.track.snapshot()
+		if last, ok := lastGone(pods, old, mixed); ok {
+			if last.IsZero() {
+				last = r.clk.Now()
 			}
+			ro.DrainedNS = int64(last.Sub(ro.Started))
+			return last, nil
 		}
-		if ro.Complete {
-			ro.DrainedNS = int64(r.clk.Since(ro.Started))
+		if err := r.sleep(ctx, deadline); err != nil {
+			if ctx.Err() != nil {
+				return time.Time{}, context.Cause(ctx)
+			}
+			ro.Condition = fmt.Sprintf("replaced pods still terminating after --%s %s", FlagTimeout, r.cfg.Timeout)
+			ro.Complete = false
+			return r.clk.Now(), nil
 		}
 	}
-	// Failures after the last pod went still belong to this rollout while
-	// the ingress may route to a vanished address; requests in flight are
-	// filed under their scheduled instant once they end.
-	end := r.clk.Now().Add(tg.tail)
-	if err := r.sleep(ctx, end); err != nil && ctx.Err() != nil {
-		return ro, context.Cause(ctx)
+}
+
+// waitUntil waits until the clock reaches t, or ctx ends.
+func (r *runner) waitUntil(ctx context.Context, t time.Time) error {
+	for {
+		left := t.Sub(r.clk.Now())
+		if left <= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-r.clk.After(left):
+		}
 	}
-	if err := tg.gen.Settle(ctx, end); err != nil {
-		return ro, err
-	}
-	r.collect(&ro, tg, old, begin, end, okBefore)
-	return ro, nil
 }
 
 func replicasOf(d *appsv1.Deployment) int32 {
@@ -173,17 +289,41 @@ func replicasOf(d *appsv1.Deployment) int32 {
 	return 1
 }
 
-func allGone(now, old map[types.UID]podState) bool {
+// lastGone reports whether every pod of old is gone, and when the last one
+// went (the tracker's DELETED event). With mixed, old holds new pods of a
+// rollout already in progress when --watch started: only its deleted pods
+// were replaced, and the ones never deleted are not waited for.
+func lastGone(now, old map[types.UID]podState, mixed bool) (time.Time, bool) {
+	var last time.Time
 	for uid := range old {
-		if p, ok := now[uid]; ok && p.gone.IsZero() {
-			return false
+		p, ok := now[uid]
+		if !ok || mixed && p.deleted.IsZero() {
+			continue
+		}
+		if p.gone.IsZero() {
+			return time.Time{}, false
+		}
+		if p.gone.After(last) {
+			last = p.gone
 		}
 	}
-	return true
+	return last, true
+}
+
+// anyDeleted reports whether a pod of old was deleted.
+func anyDeleted(now, old map[types.UID]podState) bool {
+	for uid := range old {
+		if p, ok := now[uid]; ok && !p.deleted.IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // collect fills the rollout's outcomes, failures, exits and port checks
-// from the load in [begin, end) and the pods' states.
+// from the load in [begin, end) and the pods' states. begin is where the
+// previous rollout's (or the baseline's) window ended, so that every failed
+// request counts in one rollout by its scheduled instant.
 func (r *runner) collect(ro *Rollout, tg *target, old map[types.UID]podState, begin, end time.Time, okBefore int64) {
 	pods := tg.track.snapshot()
 	var times []podTimes
@@ -210,6 +350,10 @@ func (r *runner) collect(ro *Rollout, tg *target, old map[types.UID]podState, be
 	sort.Slice(ro.Ports, func(i, j int) bool { return ro.Ports[i].Pod < ro.Ports[j].Pod })
 
 	ro.Outcomes = Outcomes{Failed: map[string]int{}}
+	base := ro.Started
+	if base.IsZero() {
+		base = begin
+	}
 	for _, f := range tg.gen.FailureEvents(begin, end) {
 		switch f.Kind {
 		case load.KindUnattributed:
@@ -221,7 +365,7 @@ func (r *runner) collect(ro *Rollout, tg *target, old map[types.UID]podState, be
 		}
 		ro.Outcomes.Failed[f.Kind]++
 		a := attribute(f.At, times, tg.res, tg.lag)
-		ro.Failures = append(ro.Failures, Failure{AtNS: int64(f.At.Sub(begin)), Kind: f.Kind, Side: a.Side, Pod: a.Pod,
+		ro.Failures = append(ro.Failures, Failure{AtNS: int64(f.At.Sub(base)), Kind: f.Kind, Side: a.Side, Pod: a.Pod,
 			SinceNS: int64(a.Since), Basis: a.Basis})
 	}
 	if len(ro.Outcomes.Failed) == 0 {

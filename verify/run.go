@@ -85,7 +85,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Report, error
 	}
 	r := &runner{cfg: cfg, clk: clk, progress: progress, id: newID()}
 	rep := &Report{Namespace: cfg.Namespace, Deployment: cfg.Deployment, URL: cfg.URL.String(), Host: cfg.Host,
-		Method: cfg.Method, Rate: cfg.Rate, MaxFailures: cfg.MaxFailures, Watch: cfg.Watch, Rollouts: []Rollout{}}
+		Method: cfg.Method, Rate: cfg.Rate, MaxFailures: cfg.MaxFailures, AllowExitCodes: cfg.AllowExitCodes, Requested: cfg.Rollouts, Watch: cfg.Watch, Rollouts: []Rollout{}}
 
 	if err := Preflight(ctx, cfg, r.selfTestNamespace()); err != nil {
 		return rep, err
@@ -101,12 +101,32 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Report, error
 		return rep, err
 	}
 	rep.Replicas = int(d.Status.ReadyReplicas)
+	if cfg.NoRouteCheck {
+		rep.RouteCheck = "not checked (--" + FlagRouteCheck + "=false): the load may reach another backend than the Deployment's pods"
+	} else if rep.RouteCheck, err = r.checkRoute(ctx, d); err != nil {
+		return rep, err
+	}
 
 	var window time.Duration
 	source := ""
 	if cfg.Window > 0 {
 		window, source = cfg.Window, "--"+FlagWindowFrom+" "+cfg.WindowSource
 	}
+	// Everything below stops with this context: the load and the watches
+	// end with the run, on Ctrl-C too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tg, err := r.startTeam(ctx, d, window)
+	if err != nil {
+		return rep, err
+	}
+	defer tg.stop()
+	// The baseline comes before anything else: a wrong --url or --host
+	// fails here in seconds, not after the self-test.
+	if err := r.baseline(ctx, tg, rep); err != nil {
+		return rep, err
+	}
+
 	if cfg.SelfTest {
 		lag := defaultLag
 		if window > 0 {
@@ -124,12 +144,26 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Report, error
 		}
 		if window == 0 && st.WindowNS > 0 {
 			window, source = time.Duration(st.WindowNS), "self-test"
+			tg.lag, tg.tail = window, max(minTail, window)
 		}
 	}
 	rep.Shape = shapeFor(window, source, cfg.Rate, rep.Replicas)
+	// The team's load kept running through the self-test: what failed then
+	// is before any rollout, so the baseline — unless --watch follows a
+	// rollout that was already running, whose failures are its own.
+	if tg.watch == nil || !tg.watch.inProgress {
+		if err := r.extendBaseline(ctx, tg, rep); err != nil {
+			return rep, err
+		}
+	}
 
-	err = r.verify(ctx, d, rep, window)
+	err = r.verify(ctx, tg, rep)
 	rep.Verdict = decide(rep, cfg.Rollouts)
+	if err != nil && ctx.Err() == nil {
+		// The run could not decide (exit 1): its report must not pass.
+		rep.Verdict.Pass = false
+		rep.Verdict.Reasons = append(rep.Verdict.Reasons, "the run failed: "+err.Error())
+	}
 	return rep, err
 }
 
@@ -157,64 +191,116 @@ func checkDeployment(d *appsv1.Deployment, cfg Config) error {
 	return nil
 }
 
-// verify drives the load at the team's Deployment and runs the rollouts.
-func (r *runner) verify(ctx context.Context, d *appsv1.Deployment, rep *Report, window time.Duration) error {
+// teamTarget is the team's Deployment under load, from before the baseline
+// to the end of the run.
+type teamTarget struct {
+	*target
+	start time.Time
+	stop  func()
+}
+
+// startTeam starts following the team's pods and driving the load at its
+// route. With --watch, the Deployment's template is read first, so that a
+// rollout starting from here on (during the self-test too) is followed.
+func (r *runner) startTeam(ctx context.Context, d *appsv1.Deployment, window time.Duration) (*teamTarget, error) {
 	cfg := r.cfg
 	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 	if err != nil {
-		return fmt.Errorf("deployment %s/%s selector: %w", d.Namespace, d.Name, err)
+		return nil, fmt.Errorf("deployment %s/%s selector: %w", d.Namespace, d.Name, err)
 	}
-	// Everything below stops with this context: the load and the watches
-	// end with the run, on Ctrl-C too.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	tr := newTracker(cfg.Client, r.clk, cfg.Namespace, sel)
-	if err := tr.start(ctx); err != nil {
-		return err
-	}
-	gen, err := load.New(load.Config{URL: cfg.URL.String(), Host: cfg.Host, Rate: cfg.Rate, Timeout: cfg.LoadTimeout,
-		Method: cfg.Method, Body: cfg.Body}, r.clk)
-	if err != nil {
-		return &UsageError{Err: err}
-	}
-	loadDone := make(chan struct{})
-	go func() { _ = gen.Run(ctx); close(loadDone) }()
-	defer func() { cancel(); <-loadDone }()
-	if cfg.CheckPort != nil {
-		go tr.checkPorts(ctx, *cfg.CheckPort, cfg.pollInterval())
-	}
-	tg := &target{ns: cfg.Namespace, name: cfg.Deployment, track: tr, gen: gen, lag: defaultLag,
-		tail: max(minTail, window), check: cfg.CheckPort != nil, res: cfg.pollInterval()}
+	tg := &target{ns: cfg.Namespace, name: cfg.Deployment, lag: defaultLag, tail: max(minTail, window),
+		check: cfg.CheckPort != nil, res: cfg.pollInterval()}
 	if window > 0 {
 		tg.lag = window
 	}
+	if cfg.Watch {
+		tg.watch = newWatchState(d)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	tg.track = newTracker(cfg.Client, r.clk, cfg.Namespace, sel)
+	if err := tg.track.start(ctx); err != nil {
+		cancel()
+		return nil, err
+	}
+	// The team's app answers without the probe's header: those 2xx are
+	// successes, kept out of the failure history (load.Config).
+	gen, err := load.New(load.Config{URL: cfg.URL.String(), Host: cfg.Host, Rate: cfg.Rate, Timeout: cfg.LoadTimeout,
+		Method: cfg.Method, Body: cfg.Body, TLS: cfg.TLS, UnattributedOK: true}, r.clk)
+	if err != nil {
+		cancel()
+		return nil, &UsageError{Err: err}
+	}
+	tg.gen = gen
+	loadDone := make(chan struct{})
+	go func() { _ = gen.Run(ctx); close(loadDone) }()
+	if cfg.CheckPort != nil {
+		go tg.track.checkPorts(ctx, *cfg.CheckPort, cfg.pollInterval())
+	}
+	return &teamTarget{target: tg, start: r.clk.Now(), stop: func() { cancel(); <-loadDone }}, nil
+}
 
-	// Baseline: the route must answer 2xx before anything is rolled.
+// baseline runs the load for the baseline: the route must answer 2xx
+// before anything else happens.
+func (r *runner) baseline(ctx context.Context, tg *teamTarget, rep *Report) error {
+	cfg := r.cfg
 	r.say("load: %g req/s %s %s (Host %s); baseline for %s", cfg.Rate, cfg.Method, cfg.URL, cfg.Host, baseline)
-	start := r.clk.Now()
-	if err := r.sleep2(ctx, baseline); err != nil {
+	end := tg.start.Add(baseline)
+	if err := r.waitUntil(ctx, end); err != nil {
 		return err
 	}
-	end := r.clk.Now()
-	if err := gen.Settle(ctx, end); err != nil {
+	if err := r.baselineTo(ctx, tg, rep, end); err != nil {
 		return err
 	}
-	b := outcomesOf(gen.FailureEvents(start, end))
-	b.OK = gen.Totals().OK
-	rep.Baseline = &b
-	if b.OK == 0 {
-		if upstreamDown(b) {
-			// The ingress took the request and found no pod answering: the
-			// flags reach the route; the Deployment does not serve yet.
-			return usage("no 2xx response from --%s %s with --%s %q in %s (%s): the ingress routes there but no pod of deployment/%s answered; is it listening on its Service's targetPort yet? (kubectl -n %s get endpointslices,pods)",
-				FlagURL, cfg.URL, FlagHost, cfg.Host, baseline, b, cfg.Deployment, cfg.Namespace)
-		}
-		return usage("no 2xx response from --%s %s with --%s %q in %s (%s): check --%s, --%s and --%s", FlagURL, cfg.URL, FlagHost, cfg.Host, baseline, b, FlagURL, FlagHost, FlagPath)
+	b := *rep.Baseline
+	if b.OK > 0 {
+		return nil
 	}
+	if upstreamDown(b) {
+		// The ingress took the request and found no pod answering: the
+		// flags reach the route; the Deployment does not serve yet.
+		return usage("no 2xx response from --%s %s with --%s %q in %s (%s): the ingress routes there but no pod of deployment/%s answered; is it listening on its Service's targetPort yet? (kubectl -n %s get endpointslices,pods)",
+			FlagURL, cfg.URL, FlagHost, cfg.Host, baseline, b, cfg.Deployment, cfg.Namespace)
+	}
+	hint := ""
+	if cfg.URL.Scheme == "https" {
+		hint = fmt.Sprintf("; for https, is the ingress's certificate for --%s trusted? (--%s FILE, or --%s)", FlagHost, FlagIngressCA, FlagIngressInsecure)
+	}
+	return usage("no 2xx response from --%s %s with --%s %q in %s (%s): check --%s, --%s and --%s%s", FlagURL, cfg.URL, FlagHost, cfg.Host, baseline, b, FlagURL, FlagHost, FlagPath, hint)
+}
 
+// extendBaseline moves the baseline's end to now (the first rollout's
+// start): failures of the team's route during the self-test are before any
+// rollout.
+func (r *runner) extendBaseline(ctx context.Context, tg *teamTarget, rep *Report) error {
+	end := r.clk.Now()
+	if !end.After(tg.from) {
+		return nil
+	}
+	return r.baselineTo(ctx, tg, rep, end)
+}
+
+// baselineTo records the load's outcomes from its start to end as the
+// baseline; the first rollout's failures start at end.
+func (r *runner) baselineTo(ctx context.Context, tg *teamTarget, rep *Report, end time.Time) error {
+	if err := tg.gen.Settle(ctx, end); err != nil {
+		return err
+	}
+	b := outcomesOf(tg.gen.FailureEvents(tg.start, end))
+	b.OK = tg.gen.Totals().OK
+	rep.Baseline = &b
+	tg.from = end
+	return nil
+}
+
+// verify runs the rollouts of the team's Deployment under its load. A
+// rollout that does not complete (its timeout, or the Deployment's
+// progress deadline) ends the run: restarting a Deployment that cannot
+// roll only stacks more rollouts on it.
+func (r *runner) verify(ctx context.Context, tg *teamTarget, rep *Report) error {
+	cfg := r.cfg
 	for n := 1; n <= cfg.Rollouts; n++ {
 		started := false
-		ro, err := r.rollout(ctx, tg, n, cfg.Watch, func() { started = true })
+		ro, err := r.rollout(ctx, tg.target, n, func() { started = true })
 		if started || cfg.Watch && !ro.Started.IsZero() {
 			rep.Rollouts = append(rep.Rollouts, ro)
 		}
@@ -229,18 +315,14 @@ func (r *runner) verify(ctx context.Context, d *appsv1.Deployment, rep *Report, 
 			return err
 		}
 		r.say("rollout %d: %s", n, ro.Outcomes)
+		if !ro.Complete {
+			if n < cfg.Rollouts {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("rollout %d did not complete, so no further rollout was %s", n, map[bool]string{true: "waited for", false: "started"}[cfg.Watch]))
+			}
+			break
+		}
 	}
 	return nil
-}
-
-// sleep2 waits d or until ctx ends.
-func (r *runner) sleep2(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-r.clk.After(d):
-		return nil
-	}
 }
 
 // outcomesOf counts failure events by kind (2xx without the probe's header

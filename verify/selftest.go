@@ -74,7 +74,7 @@ func (r *runner) selfTest(ctx context.Context, team *appsv1.Deployment, lag time
 		return st, err
 	}
 	gen, err := load.New(load.Config{URL: cfg.URL.String(), Host: host, Rate: cfg.Rate, Timeout: cfg.LoadTimeout,
-		Method: cfg.Method, Body: cfg.Body}, r.clk)
+		Method: cfg.Method, Body: cfg.Body, TLS: cfg.TLS}, r.clk)
 	if err != nil {
 		return st, &UsageError{Err: err}
 	}
@@ -86,7 +86,7 @@ func (r *runner) selfTest(ctx context.Context, team *appsv1.Deployment, lag time
 		return st, err
 	}
 	tg := &target{ns: ns, name: wl.Deployment.Name, track: tr, gen: gen, lag: lag, tail: minTail, res: cfg.pollInterval()}
-	ro, err := r.rollout(ctx, tg, 0, false, func() {})
+	ro, err := r.rollout(ctx, tg, 0, func() {})
 	if err != nil {
 		return st, err
 	}

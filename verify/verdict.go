@@ -65,7 +65,8 @@ func blindCause(method string, shape *Shape) string {
 
 // decide is the gate: pass only with the self-test able to fail, every
 // requested rollout complete, at most maxFailures failed requests in all,
-// a clean baseline and no SIGKILLed container.
+// a clean baseline, no SIGKILLed container and no other non-zero exit
+// outside --allow-exit-codes.
 func decide(r *Report, requested int) Verdict {
 	v := Verdict{}
 	if r.SelfTest != nil && r.SelfTest.Blind {
@@ -92,15 +93,27 @@ func decide(r *Report, requested int) Verdict {
 			}
 			v.Reasons = append(v.Reasons, fmt.Sprintf("rollout %d %s", ro.N, why))
 		}
-		for _, e := range ro.Exits {
-			if e.Killed() {
-				v.Reasons = append(v.Reasons, fmt.Sprintf("rollout %d: %s: killed at the end of the grace period (or out of memory); its shutdown was cut short", ro.N, e))
-			}
-		}
+		v.Reasons = append(v.Reasons, exitReasons(ro, r.AllowExitCodes)...)
 	}
 	if failed > r.MaxFailures {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("%d failed requests during the rollouts (--%s %d)", failed, FlagMaxFailures, r.MaxFailures))
 	}
 	v.Pass = len(v.Reasons) == 0
 	return v
+}
+
+// exitReasons says why each replaced container's exit fails the gate.
+func exitReasons(ro Rollout, allowed []int32) []string {
+	var out []string
+	for _, e := range ro.Exits {
+		switch {
+		case e.Killed():
+			out = append(out, fmt.Sprintf("rollout %d: %s: killed at the end of the grace period (or out of memory); its shutdown was cut short", ro.N, e))
+		case e.Failed(allowed) && e.ExitCode == 143:
+			out = append(out, fmt.Sprintf("rollout %d: %s: died of SIGTERM, which it does not handle, so it did not drain (--%s 143 to accept)", ro.N, e, FlagAllowExitCodes))
+		case e.Failed(allowed):
+			out = append(out, fmt.Sprintf("rollout %d: %s: exited non-zero at shutdown (--%s %d to accept)", ro.N, e, FlagAllowExitCodes, e.ExitCode))
+		}
+	}
+	return out
 }

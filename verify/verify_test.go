@@ -3,7 +3,6 @@ package verify
 import (
 	"bytes"
 	"encoding/json"
-	"encoding/xml"
 	"flag"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	junit "github.com/joshdk/go-junit"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -186,6 +186,9 @@ func TestRestartPatchAndComplete(t *testing.T) {
 		{"not observed", d(3, 2, 3, 3, 3), false, ""},
 		{"old pod left", d(2, 2, 3, 4, 3), false, ""},
 		{"not available", d(2, 2, 3, 3, 2), false, ""},
+		// The condition of the last rollout is read only once the
+		// controller saw the restart (kubectl rollout status).
+		{"deadline of the last generation", d(3, 2, 1, 4, 3, appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Reason: "ProgressDeadlineExceeded", Message: "stuck"}), false, ""},
 		{"deadline", d(2, 2, 1, 4, 3, appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Reason: "ProgressDeadlineExceeded", Message: "stuck"}), false, "ProgressDeadlineExceeded: stuck"},
 	} {
 		done, failed := rolloutComplete(tc.d)
@@ -231,7 +234,7 @@ func sample() *Report {
 				Exits: []PodExit{{Pod: "checkout-2", Container: "app", ExitCode: 137, Reason: "Error"}},
 				Ports: []PortCheck{{Pod: "checkout-2", Seen: true, LeftSlicesNS: 9e6, RefusedNS: ns(2)}}},
 		},
-		MaxFailures: 0,
+		MaxFailures: 0, Requested: 2,
 	}
 	r.Verdict = decide(r, 2)
 	return r
@@ -272,20 +275,82 @@ func TestRenderGolden(t *testing.T) {
 	}
 }
 
-func TestJUnitShape(t *testing.T) {
+// TestJUnitAgreesWithVerdict reads the JUnit file with a JUnit consumer
+// (github.com/joshdk/go-junit, as CI report plugins read it) and checks
+// that its totals fail exactly when the verdict does (exit 0 only for a
+// passing verdict: cmd/epwindow), case by case.
+func TestJUnitAgreesWithVerdict(t *testing.T) {
+	ok := func(n int) Rollout { return Rollout{N: n, Complete: true, Outcomes: Outcomes{OK: 100}} }
+	failing := func(n, k int) Rollout {
+		ro := ok(n)
+		ro.Outcomes.Failed = map[string]int{"status_502": k}
+		return ro
+	}
+	exited := func(n int, code int32) Rollout {
+		ro := ok(n)
+		ro.Exits = []PodExit{{Pod: "web-1", Container: "app", ExitCode: code, Reason: "Error"}}
+		return ro
+	}
+	clean := &Outcomes{OK: 300}
+	for _, tc := range []struct {
+		name      string
+		rep       Report
+		requested int
+		pass      bool
+		// failedCase names the case that must fail.
+		failedCase string
+	}{
+		{"clean", Report{Baseline: clean, Rollouts: []Rollout{ok(1), ok(2)}}, 2, true, ""},
+		{"within --max-failures", Report{Baseline: clean, MaxFailures: 3, Rollouts: []Rollout{failing(1, 1), failing(2, 2)}}, 2, true, ""},
+		// Each rollout is within the limit; their sum is not.
+		{"over --max-failures in total", Report{Baseline: clean, MaxFailures: 2, Rollouts: []Rollout{failing(1, 2), failing(2, 1)}}, 2, false, "rollout 2"},
+		{"dirty baseline", Report{Baseline: &Outcomes{OK: 300, Failed: map[string]int{"refused": 1}}, Rollouts: []Rollout{ok(1)}}, 1, false, "baseline: the route answers before any rollout"},
+		{"fewer rollouts ran", Report{Baseline: clean, Rollouts: []Rollout{ok(1)}}, 3, false, "rollouts: 3 requested"},
+		{"not complete", Report{Baseline: clean, Rollouts: []Rollout{{N: 1, Condition: "ProgressDeadlineExceeded: x"}}}, 1, false, "rollout 1"},
+		{"exit 143", Report{Baseline: clean, Rollouts: []Rollout{exited(1, 143)}}, 1, false, "rollout 1"},
+		{"exit 143 allowed", Report{Baseline: clean, AllowExitCodes: []int32{143}, Rollouts: []Rollout{exited(1, 143)}}, 1, true, ""},
+		{"exit 137 even if listed", Report{Baseline: clean, AllowExitCodes: []int32{143}, Rollouts: []Rollout{exited(1, 137)}}, 1, false, "rollout 1"},
+		{"blind", Report{Baseline: clean, SelfTest: &SelfTest{Blind: true}}, 3, false, "self-test: broken canary fails requests"},
+		{"interrupted", Report{Baseline: clean, Interrupted: true, Rollouts: []Rollout{ok(1)}}, 2, false, "rollouts: 2 requested"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := tc.rep
+			rep.Requested = tc.requested
+			rep.Verdict = decide(&rep, tc.requested)
+			if rep.Verdict.Pass != tc.pass {
+				t.Fatalf("verdict pass %v, want %v: %q", rep.Verdict.Pass, tc.pass, rep.Verdict.Reasons)
+			}
+			var b bytes.Buffer
+			if err := JUnit(&b, &rep); err != nil {
+				t.Fatal(err)
+			}
+			suites, err := junit.Ingest(b.Bytes())
+			if err != nil || len(suites) != 1 {
+				t.Fatalf("go-junit reads %d suites: %v\n%s", len(suites), err, b.String())
+			}
+			tot := suites[0].Totals
+			if (tot.Failed+tot.Error == 0) != tc.pass || tot.Tests != len(suites[0].Tests) || tot.Passed+tot.Failed+tot.Error+tot.Skipped != tot.Tests {
+				t.Errorf("totals %+v disagree with the verdict (pass %v)\n%s", tot, tc.pass, b.String())
+			}
+			for _, c := range suites[0].Tests {
+				if c.Status == junit.StatusFailed && c.Name != tc.failedCase {
+					t.Errorf("case %q failed, want only %q: %v", c.Name, tc.failedCase, c.Error)
+				}
+				if c.Name == tc.failedCase && c.Status != junit.StatusFailed {
+					t.Errorf("case %q: status %s, want failed", c.Name, c.Status)
+				}
+			}
+		})
+	}
+	// The run's own error (exit 1) fails the file too.
+	rep := Report{Baseline: clean, Requested: 1, Rollouts: []Rollout{ok(1)}}
+	rep.Verdict = Verdict{Reasons: []string{"the run failed: failure history lost failures"}}
 	var b bytes.Buffer
-	if err := JUnit(&b, sample()); err != nil {
+	if err := JUnit(&b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	var got junitSuites
-	if err := xml.Unmarshal(b.Bytes(), &got); err != nil {
-		t.Fatalf("JUnit output does not parse: %v", err)
-	}
-	s := got.Suites[0]
-	// The self-test plus one case per rollout; rollout 2 failed (502s and a
-	// SIGKILL), the others passed.
-	if s.Tests != 3 || s.Failures != 1 || len(s.Cases) != 3 || s.Cases[2].Failure == nil || s.Cases[1].Failure != nil {
-		t.Errorf("suite: tests %d failures %d cases %+v", s.Tests, s.Failures, s.Cases)
+	if suites, err := junit.Ingest(b.Bytes()); err != nil || suites[0].Totals.Failed != 1 {
+		t.Errorf("a failed run: %v, totals %+v, want one failed case", err, suites[0].Totals)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 
 	"github.com/epwindow/epwindow/deploy"
@@ -40,13 +41,24 @@ pods' exit codes (137 = SIGKILL at the end of the grace period), the rollout's d
 --check-port, whether each terminating pod still answered on its own port after its address left
 the EndpointSlices.
 
-First, unless --self-test=false, the same load runs against a broken canary of its own (the probe
-exiting at SIGTERM, no preStop) behind the same ingress class, in a namespace it creates and
-deletes. If that canary fails no request, the gate is blind here: exit 7, Deployment untouched.
+Before anything else a 3 s baseline must get 2xx answers through --url with --host, and the
+route of --host/--path must lead (Ingress or HTTPRoute, then Service) to the Deployment's pods
+(--route-check=false skips that for routes the tool cannot read): else exit 2 at once.
 
-Exit codes: 0 pass; 3 the gate failed (a failed request beyond --max-failures, a SIGKILLed
-container, or a rollout not complete); 7 the self-test is blind; 2 bad input; 4 cluster unusable;
-5 a permission is missing; 130 interrupted (a rollout already started is the Deployment
+Then, unless --self-test=false, the same load runs against a broken canary of its own (the probe
+refusing new connections from SIGTERM on while it keeps its process and address, no preStop)
+behind the same ingress class, in a namespace it creates and deletes. If that canary fails no
+request, the gate is blind here: exit 7, Deployment untouched.
+
+Failures are counted by their scheduled instant until max(2 s, window) after a rollout's last
+replaced pod is gone. Exits of replaced containers (app, init, native sidecar, and their
+restarts): 137 and OOMKilled fail the gate; 143 (SIGTERM not handled) and any other non-zero
+exit fail it unless --allow-exit-codes lists them.
+
+Exit codes: 0 pass; 3 the gate failed (a failed request beyond --max-failures, a failed exit, a
+dirty baseline, or a rollout not complete, which also stops further rollouts); 7 the self-test
+is blind; 2 bad input; 4 cluster unusable; 5 a permission is missing; 1 the run could not
+decide (e.g. failures lost); 130 interrupted (a rollout already started is the Deployment
 controller's to finish).`,
 		Flags:  verifyFlags(),
 		Action: runVerify,
@@ -62,13 +74,17 @@ func verifyFlags() []cli.Flag {
 		&cli.StringFlag{Name: verify.FlagBody, Usage: "body of each POST (default: a short fixed one)", Category: "Load"},
 		&cli.Float64Flag{Name: verify.FlagRate, Value: 50, Usage: "requests per second; use production's, or see the shape warning", Category: "Load"},
 		&cli.DurationFlag{Name: verify.FlagLoadTimeout, Value: 5 * time.Second, Usage: "timeout of one request", Category: "Load"},
+		&cli.StringFlag{Name: verify.FlagIngressCA, Usage: "PEM file of the CA that signs an https --url's certificate (default: the system roots); the server name is --host", Category: "Load"},
+		&cli.BoolFlag{Name: verify.FlagIngressInsecure, Usage: "do not verify an https --url's certificate (not the API server's: that is --insecure-skip-tls-verify)", Category: "Load"},
 		&cli.IntFlag{Name: verify.FlagRollouts, Value: 3, Usage: "rollouts to run (or, with --watch, to wait for)", Category: "Rollouts"},
 		&cli.BoolFlag{Name: verify.FlagWatch, Usage: "do not restart: wait for rollouts started elsewhere (a CD pipeline)", Category: "Rollouts"},
 		&cli.DurationFlag{Name: verify.FlagTimeout, Value: 10 * time.Minute, Usage: "longest a rollout may take (with --watch: to start and finish)", Category: "Rollouts"},
 		&cli.BoolFlag{Name: verify.FlagAllowSingleReplica, Usage: "roll a Deployment with fewer than 2 ready replicas", Category: "Rollouts"},
 		&cli.IntFlag{Name: verify.FlagMaxFailures, Value: 0, Usage: "failed requests tolerated over all rollouts", Category: "Gate"},
+		&cli.StringFlag{Name: verify.FlagAllowExitCodes, Usage: "non-zero exit codes of replaced containers that do not fail the gate, e.g. 143,1 (137 and OOMKilled always do)", Category: "Gate"},
+		&cli.BoolFlag{Name: verify.FlagRouteCheck, Value: true, Usage: "check that the route of --host/--path leads to a Service selecting the Deployment's pods (false: a route the tool cannot read, e.g. an external load balancer)", Category: "Gate"},
 		&cli.StringFlag{Name: verify.FlagCheckPort, Usage: "PORT[/PATH]: read each pod's own port through the API server's pod proxy (the mechanism check; needs get pods/proxy)", Category: "Gate"},
-		&cli.BoolFlag{Name: verify.FlagSelfTest, Value: true, Usage: "first prove the gate can fail, against a broken canary of its own", Category: "Gate"},
+		&cli.BoolFlag{Name: verify.FlagSelfTest, Value: true, Usage: "first prove the gate can fail, against a broken canary of its own (refuses connections from SIGTERM on, keeps its address)", Category: "Gate"},
 		&cli.StringFlag{Name: verify.FlagIngressClass, Usage: "the canary's ingress class (default: the class of the Ingress routing to the Deployment)", Category: "Gate"},
 		&cli.StringFlag{Name: verify.FlagImage, Value: deploy.DefaultImage, Usage: "the probe image for the canary", Category: "Gate"},
 		&cli.StringFlag{Name: verify.FlagWindowFrom, Usage: "a measure results file: its longest window gives the shape warning", Category: "Gate"},
@@ -113,6 +129,17 @@ func verifyConfig(c *cli.Context) (verify.Config, error) {
 		}
 		cfg.URL = u
 	}
+	cfg.NoRouteCheck = !c.Bool(verify.FlagRouteCheck)
+	codes, err := verify.ParseExitCodes(c.String(verify.FlagAllowExitCodes))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.AllowExitCodes = codes
+	tlsCfg, err := verify.IngressTLS(c.String(verify.FlagIngressCA), c.Bool(verify.FlagIngressInsecure), cfg.URL)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.TLS = tlsCfg
 	if s := c.String(verify.FlagCheckPort); s != "" {
 		cp, err := verify.ParseCheckPort(s)
 		if err != nil {
@@ -160,6 +187,9 @@ func runVerify(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("epwindow verify: cannot reach the API server (check --%s / --%s): %v", flagKubeconfig, flagContext, err), exitCluster)
 	}
 	cfg.Client = client
+	if dyn, err := dynamic.NewForConfig(kc.config); err == nil {
+		cfg.Dynamic = dyn
+	}
 	rep, runErr := verify.Run(c.Context, cfg, func(s string) { fmt.Fprintln(c.App.ErrWriter, s) })
 
 	// Whatever happened, say what was found.

@@ -109,37 +109,10 @@ func TestPolicyAndLiveLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := suffix(t)
-	ns := "lint-e2e-" + run
-	// The binding selects this namespace only: other packages' runs on
-	// the same cluster are never affected.
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: ns, Labels: map[string]string{"epwindow.io/lint-e2e": run}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-	})
-
 	target := lint.Target{PreStop: 3 * time.Second, Drain: 2 * time.Second, Headroom: 5 * time.Second, From: "e2e"}
 	want := target.GraceSeconds(0) // 3 + 2 + 5 = 10
-	policy, binding, err := lint.Policy(lint.PolicyOptions{
-		Target: target, Name: "epwindow-lint-e2e-" + run, Actions: []admissionv1.ValidationAction{admissionv1.Deny},
-		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"epwindow.io/lint-e2e": run}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vap := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	ns, binding := applyPolicy(ctx, t, cs, "lint-e2e", target)
 	vapb := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
-	if _, err := vap.Create(ctx, policy, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("the API server refuses the generated policy: %v", err)
-	}
-	t.Cleanup(func() { _ = vap.Delete(context.Background(), policy.Name, metav1.DeleteOptions{}) })
-	if _, err := vapb.Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("the API server refuses the generated binding: %v", err)
-	}
-	t.Cleanup(func() { _ = vapb.Delete(context.Background(), binding.Name, metav1.DeleteOptions{}) })
 
 	deps := cs.AppsV1().Deployments(ns)
 	bad := deployment("bad", target, want-2)

@@ -57,6 +57,12 @@ type Config struct {
 	// Body is what a POST carries; empty means a short fixed body. Any
 	// body makes the request non-idempotent, which is what matters here.
 	Body string
+	// UnattributedOK counts a 2xx without X-Epwindow-Pod as a success
+	// (Totals().Unattributed) and keeps it out of the failure history, so
+	// the history holds only failures: verify drives load at a team's app,
+	// which answers so on every request and would otherwise fill the
+	// history in minutes and push real failures out of it.
+	UnattributedOK bool
 }
 
 // Validate reports the first problem with c, naming the flag to change.

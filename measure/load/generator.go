@@ -275,7 +275,9 @@ func (g *Generator) succeed(scheduled, began, s, r time.Time, h http.Header) {
 	pod := h.Get(HeaderPod)
 	if pod == "" {
 		g.unattributed.Add(1)
-		g.recordFailure(scheduled, KindUnattributed)
+		if !g.cfg.UnattributedOK {
+			g.recordFailure(scheduled, KindUnattributed)
+		}
 		return
 	}
 	p, hasTime := parseProbeTime(h.Get(HeaderTime))

@@ -348,6 +348,34 @@ func TestGeneratorFailureKinds(t *testing.T) {
 // after the generator stamped s (the connection was ready) and before it
 // stamped r (the first response byte arrived); so by construction the true
 // offset lies within Offset ± Uncertainty of every sample, and of the best.
+// TestUnattributedOK: with UnattributedOK a 2xx without the probe's header
+// is a success that stays out of the failure history (verify's team app),
+// while a real failure is still kept.
+func TestUnattributedOK(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1)%2 == 0 {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		io.WriteString(w, "team app")
+	}))
+	t.Cleanup(srv.Close)
+	u := srv.URL + "/"
+	g, err := New(Config{URL: u, Rate: 100, Timeout: 200 * time.Millisecond, UnattributedOK: true}, clock.RealClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, g)
+	eventually(t, "6 finished requests", func() bool { tot := g.Totals(); return tot.OK+tot.Failed >= 6 })
+	stop()
+	tot := g.Totals()
+	got := g.Failures(time.Time{}, time.Time{})
+	if tot.Unattributed < 3 || tot.Failed < 3 || len(got) != 1 || got["status_502"] != int(tot.Failed) {
+		t.Errorf("Failures = %v (totals %+v), want only the %d status_502, and ≥ 3 unattributed successes", got, tot, tot.Failed)
+	}
+}
+
 func TestGeneratorSkewOffset(t *testing.T) {
 	for _, offset := range []time.Duration{2500 * time.Millisecond, -1300 * time.Millisecond, 0} {
 		t.Run(offset.String(), func(t *testing.T) {

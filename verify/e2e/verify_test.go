@@ -3,23 +3,35 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	junit "github.com/joshdk/go-junit"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
+	"github.com/epwindow/epwindow/internal/testcert"
 	"github.com/epwindow/epwindow/verify"
 )
 
@@ -144,8 +156,9 @@ func probeCmd(extra ...string) []string {
 // and returns its JSON report, stderr and exit code.
 func run(t *testing.T, ns string, args ...string) (*verify.Report, string, int) {
 	t.Helper()
+	junitFile := filepath.Join(t.TempDir(), "verify.xml")
 	all := append([]string{"verify", "--kubeconfig", cluster.Kubeconfig, "-n", ns, "--url", cluster.IngressURL,
-		"--host", ns + ".local", "--format", "json", "--timeout", "2m"}, args...)
+		"--host", ns + ".local", "--format", "json", "--timeout", "2m", "--junit", junitFile}, args...)
 	all = append(all, "team")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -162,6 +175,7 @@ func run(t *testing.T, ns string, args ...string) (*verify.Report, string, int) 
 		t.Fatalf("run epwindow verify: %v", err)
 	}
 	t.Logf("epwindow %s: exit %d after %s\n%s", strings.Join(all, " "), code, time.Since(began).Round(time.Second), stderr.String())
+	junitAgrees(t, junitFile, code)
 	var rep verify.Report
 	if stdout.Len() > 0 {
 		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
@@ -169,6 +183,32 @@ func run(t *testing.T, ns string, args ...string) (*verify.Report, string, int) 
 		}
 	}
 	return &rep, stderr.String(), code
+}
+
+// junitAgrees reads verify's JUnit file with a JUnit consumer
+// (github.com/joshdk/go-junit) and checks its totals against the exit
+// code: no failed case for exit 0, some for the gate's 3 and the blind 7.
+// A run that stopped on bad input (2) writes none.
+func junitAgrees(t *testing.T, path string, code int) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if code == 2 {
+		if err == nil {
+			t.Errorf("exit 2 (bad input) wrote a JUnit file:\n%s", data)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("exit %d: no JUnit file: %v", code, err)
+	}
+	suites, err := junit.Ingest(data)
+	if err != nil || len(suites) != 1 {
+		t.Fatalf("JUnit file: %d suites, %v\n%s", len(suites), err, data)
+	}
+	tot := suites[0].Totals
+	if failed := tot.Failed + tot.Error; (failed == 0) != (code == 0) {
+		t.Errorf("JUnit totals %+v disagree with exit %d\n%s", tot, code, data)
+	}
 }
 
 // Each scenario is a subtest of one test, so they share the cluster and
@@ -212,6 +252,102 @@ func TestVerify(t *testing.T) {
 			if p.RefusedNS == nil || answered && d > ingressPoll/2 {
 				t.Errorf("port check of %s: %s; want refused while routable", p.Pod, p)
 			}
+		}
+	})
+
+	// Bad input fails in seconds, before the self-test creates anything
+	// and before the Deployment is touched: a --url nothing listens on, a
+	// --host whose route leads to another Service, and (with the route
+	// check off) a route whose backend has no pod answering.
+	t.Run("bad input: fails fast, before the self-test", func(t *testing.T) {
+		team(t, "team-input", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+			c.Command = probeCmd("--exit-on-sigterm")
+			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+		})
+		c := client(t)
+		ctx := context.Background()
+		// A decoy route in the same namespace to a Service selecting no
+		// pod of the team's Deployment.
+		if _, err := c.CoreV1().Services("team-input").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "decoy"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "decoy"}, Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ing, err := c.NetworkingV1().Ingresses("team-input").Get(ctx, "team", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoy := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "decoy"}, Spec: *ing.Spec.DeepCopy()}
+		decoy.Spec.Rules[0].Host = "decoy.local"
+		for i := range decoy.Spec.Rules[0].HTTP.Paths {
+			decoy.Spec.Rules[0].HTTP.Paths[i].Backend.Service.Name = "decoy"
+		}
+		if _, err := c.NetworkingV1().Ingresses("team-input").Create(ctx, decoy, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := "http://" + ln.Addr().String()
+		ln.Close()
+		before := deployment(t, "team-input")
+		for _, tc := range []struct {
+			name string
+			args []string
+			want string
+		}{
+			{"unreachable --url", []string{"--url", closed}, "no 2xx response from --url " + closed},
+			{"--host routed elsewhere", []string{"--host", "decoy.local"}, "leads to Ingress team-input/decoy -> Service team-input/decoy (selector app=decoy)"},
+			{"no pod behind the route", []string{"--host", "decoy.local", "--route-check=false"}, "no 2xx response from --url"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				began := time.Now()
+				_, stderr, code := run(t, "team-input", append([]string{"--method", "POST", "--rollouts", "1",
+					"--ingress-class", e2etest.IngressClass}, tc.args...)...)
+				// The baseline is 3 s; the rest is the permission check
+				// and a few reads.
+				if took := time.Since(began); code != 2 || took > 20*time.Second {
+					t.Errorf("exit %d after %s, want 2 within 20 s", code, took.Round(time.Millisecond))
+				}
+				if !strings.Contains(stderr, tc.want) {
+					t.Errorf("stderr does not say %q:\n%s", tc.want, stderr)
+				}
+				if strings.Contains(stderr, "self-test:") {
+					t.Errorf("the self-test ran before the bad input was found:\n%s", stderr)
+				}
+			})
+		}
+		after := deployment(t, "team-input")
+		if after.Generation != before.Generation {
+			t.Errorf("the team's Deployment changed: generation %d -> %d", before.Generation, after.Generation)
+		}
+		leftovers(t)
+	})
+
+	// https: the load goes through a TLS front on loopback (a certificate
+	// for the team's host that the test makes, served by Go's reverse
+	// proxy in front of Skipper), with the server name --host and the
+	// certificate verified against --ingress-ca. Skipper here serves
+	// plain HTTP, so the front stands in for an ingress's TLS entry point.
+	// One rollout of the good shape: it must pass.
+	t.Run("https: SNI is --host, verified with --ingress-ca", func(t *testing.T) {
+		team(t, "team-tls", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+			c.Command = probeCmd("--exit-on-sigterm")
+			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+		})
+		front, ca, sni := tlsFront(t, "team-tls.local")
+		rep, _, code := run(t, "team-tls", "--url", front, "--ingress-ca", ca, "--method", "POST", "--rate", "50",
+			"--rollouts", "1", "--self-test=false")
+		if code != 0 || len(rep.Rollouts) != 1 || rep.Rollouts[0].Outcomes.OK == 0 {
+			t.Fatalf("exit %d, rollouts %+v, verdict %+v; want a pass with 2xx through TLS", code, rep.Rollouts, rep.Verdict)
+		}
+		if names := sni(); len(names) == 0 || slices.ContainsFunc(names, func(n string) bool { return n != "team-tls.local" }) {
+			t.Errorf("TLS server names %q, want only --host team-tls.local", names)
+		}
+		// Without the CA the certificate is refused: no 2xx, exit 2.
+		_, stderr, code := run(t, "team-tls", "--url", front, "--rollouts", "1", "--self-test=false")
+		if code != 2 || !strings.Contains(stderr, "no 2xx response") {
+			t.Errorf("without --ingress-ca: exit %d, want 2 naming no 2xx:\n%s", code, stderr)
 		}
 	})
 
@@ -352,5 +488,34 @@ func leftovers(t *testing.T) {
 		if strings.HasPrefix(ns.Name, "epwindow-verify-") {
 			t.Errorf("self-test namespace %s left behind (%s)", ns.Name, ns.Status.Phase)
 		}
+	}
+}
+
+// tlsFront serves https on loopback with a self-signed certificate for host
+// (written to a PEM file, returned as ca) and proxies to the cluster's
+// ingress, keeping the Host header. sni lists the server names clients sent.
+func tlsFront(t *testing.T, host string) (url, ca string, sni func() []string) {
+	t.Helper()
+	cert, ca := testcert.SelfSigned(t, host)
+	target, err := neturl.Parse(cluster.IngressURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var names []string
+	srv := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(target))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert},
+		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			mu.Lock()
+			names = append(names, h.ServerName)
+			mu.Unlock()
+			return nil, nil
+		}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.URL, ca, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(names)
 	}
 }

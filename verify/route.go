@@ -1,0 +1,251 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/epwindow/epwindow/deploy"
+)
+
+// backend is one route's match for --host/--path and the Service it sends
+// to.
+type backend struct {
+	// Route reads "Ingress shop/web" or "HTTPRoute shop/web".
+	Route     string
+	Namespace string
+	Service   string
+	// score orders matches as controllers do: an exact host before a
+	// wildcard before none, then the longer path, an exact path first.
+	score int
+}
+
+// hostScore is how specifically a rule's host matches host: 3 exact, 2 a
+// wildcard (one leading label, networking/v1 IngressRule.Host and
+// Gateway API hostnames alike), 1 no host (any), 0 no match.
+func hostScore(rule, host string) int {
+	switch {
+	case rule == "":
+		return 1
+	case strings.EqualFold(rule, host):
+		return 3
+	case strings.HasPrefix(rule, "*."):
+		_, rest, ok := strings.Cut(host, ".")
+		if ok && strings.EqualFold(rest, rule[2:]) {
+			return 2
+		}
+	}
+	return 0
+}
+
+// pathScore is how a rule's path matches p: 0 none, else the matched
+// length, exact ahead of any prefix. A prefix matches whole path elements
+// (networking/v1 HTTPIngressPath: "/foo" matches "/foo/bar", not
+// "/foobar"); ImplementationSpecific is taken as a prefix.
+func pathScore(kind, rule, p string) int {
+	if rule == "" {
+		rule = "/"
+	}
+	switch kind {
+	case "Exact":
+		if rule == p {
+			return 1<<16 + len(rule)
+		}
+		return 0
+	case "RegularExpression":
+		return 0
+	}
+	r := strings.TrimSuffix(rule, "/")
+	if r == "" || p == r || strings.HasPrefix(p, r+"/") {
+		return 1 + len(r)
+	}
+	return 0
+}
+
+// ingressBackends lists the backends of the Ingress's rules that match
+// host and path, best first by score; the default backend matches last.
+func ingressBackends(ing *networkingv1.Ingress, host, path string) []backend {
+	var out []backend
+	name := "Ingress " + ing.Namespace + "/" + ing.Name
+	for _, rule := range ing.Spec.Rules {
+		hs := hostScore(rule.Host, host)
+		if hs == 0 || rule.HTTP == nil {
+			continue
+		}
+		for _, p := range rule.HTTP.Paths {
+			kind := "Prefix"
+			if p.PathType != nil {
+				kind = string(*p.PathType)
+			}
+			if ps := pathScore(kind, p.Path, path); ps > 0 && p.Backend.Service != nil {
+				out = append(out, backend{Route: name, Namespace: ing.Namespace, Service: p.Backend.Service.Name, score: hs<<20 + ps})
+			}
+		}
+	}
+	if b := ing.Spec.DefaultBackend; b != nil && b.Service != nil {
+		out = append(out, backend{Route: name + " (default backend)", Namespace: ing.Namespace, Service: b.Service.Name})
+	}
+	return out
+}
+
+// httpRouteBackends lists the Service backends of an HTTPRoute's rules
+// whose hostnames and path matches take host and path.
+func httpRouteBackends(u *unstructured.Unstructured, host, path string) []backend {
+	hostnames, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "hostnames")
+	hs := 1
+	if len(hostnames) > 0 {
+		hs = 0
+		for _, h := range hostnames {
+			hs = max(hs, hostScore(h, host))
+		}
+	}
+	if hs == 0 {
+		return nil
+	}
+	name := "HTTPRoute " + u.GetNamespace() + "/" + u.GetName()
+	rules, _, _ := unstructured.NestedSlice(u.Object, "spec", "rules")
+	var out []backend
+	for _, r := range rules {
+		rule, _ := r.(map[string]any)
+		matches, _, _ := unstructured.NestedSlice(rule, "matches")
+		best := 0
+		if len(matches) == 0 {
+			best = pathScore("PathPrefix", "/", path)
+		}
+		for _, m := range matches {
+			mm, _ := m.(map[string]any)
+			kind, _, _ := unstructured.NestedString(mm, "path", "type")
+			value, _, _ := unstructured.NestedString(mm, "path", "value")
+			if kind == "" {
+				kind = "PathPrefix"
+			}
+			best = max(best, pathScore(kind, value, path))
+		}
+		if best == 0 {
+			continue
+		}
+		refs, _, _ := unstructured.NestedSlice(rule, "backendRefs")
+		for _, ref := range refs {
+			rm, _ := ref.(map[string]any)
+			group, _, _ := unstructured.NestedString(rm, "group")
+			kind, _, _ := unstructured.NestedString(rm, "kind")
+			if group != "" || kind != "" && kind != "Service" {
+				continue
+			}
+			svc, _, _ := unstructured.NestedString(rm, "name")
+			ns, _, _ := unstructured.NestedString(rm, "namespace")
+			if ns == "" {
+				ns = u.GetNamespace()
+			}
+			out = append(out, backend{Route: name, Namespace: ns, Service: svc, score: hs<<20 + best})
+		}
+	}
+	return out
+}
+
+// routeHost is the host the route is looked up by: --host, else --url's.
+func (c Config) routeHost() string {
+	h := c.Host
+	if h == "" && c.URL != nil {
+		h = c.URL.Host
+	}
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	return h
+}
+
+// checkRoute finds the Ingress or HTTPRoute that routes --host/--path and
+// the Service it sends to, and checks that the Service selects the
+// Deployment's pods: a wrong --host that lands on another backend
+// answering 2xx would otherwise pass every rollout while testing nothing.
+// It reads the Deployment's namespace; only to name where a wrong route
+// leads does it look in every namespace, if allowed. It returns what the
+// report says of the route.
+func (r *runner) checkRoute(ctx context.Context, d *appsv1.Deployment) (string, error) {
+	cfg := r.cfg
+	host, path := cfg.routeHost(), cfg.URL.Path
+	if path == "" {
+		path = "/"
+	}
+	found, err := r.routeBackends(ctx, d.Namespace, host, path)
+	if err != nil {
+		return "", err
+	}
+	if len(found) == 0 {
+		// Not in the Deployment's namespace: where does it lead?
+		if all, err := r.routeBackends(ctx, metav1.NamespaceAll, host, path); err == nil {
+			found = all
+		}
+	}
+	if len(found) == 0 {
+		return "", usage("no Ingress or HTTPRoute in namespace %s routes host %q path %s: check --%s and --%s, or pass --%s=false if the route is not one the cluster holds (an external load balancer)",
+			d.Namespace, host, path, FlagHost, FlagPath, FlagRouteCheck)
+	}
+	top := found[0].score
+	var leads []string
+	podLabels := labels.Set(d.Spec.Template.Labels)
+	for _, b := range found {
+		if b.score != top {
+			continue
+		}
+		svc, err := cfg.Client.CoreV1().Services(b.Namespace).Get(ctx, b.Service, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			leads = append(leads, fmt.Sprintf("%s -> Service %s/%s, which does not exist", b.Route, b.Namespace, b.Service))
+			continue
+		case err != nil && b.Namespace != d.Namespace:
+			leads = append(leads, fmt.Sprintf("%s -> Service %s/%s (not readable here: %v)", b.Route, b.Namespace, b.Service, err))
+			continue
+		case err != nil:
+			return "", fmt.Errorf("get service %s/%s (the backend of %s): %w", b.Namespace, b.Service, b.Route, err)
+		}
+		if b.Namespace == d.Namespace && len(svc.Spec.Selector) > 0 && labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
+			return fmt.Sprintf("%s -> Service %s/%s selects the pods of deployment/%s", b.Route, b.Namespace, b.Service, d.Name), nil
+		}
+		leads = append(leads, fmt.Sprintf("%s -> Service %s/%s (selector %s)", b.Route, b.Namespace, b.Service, labels.Set(svc.Spec.Selector)))
+	}
+	return "", usage("host %q path %s leads to %s, not to the pods of deployment %s/%s (labels %s): the load would test another backend; check --%s and --%s (or --%s=false)",
+		host, path, strings.Join(leads, "; "), d.Namespace, d.Name, podLabels, FlagHost, FlagPath, FlagRouteCheck)
+}
+
+// routeBackends lists the matching backends of every Ingress and HTTPRoute
+// in ns (all namespaces: metav1.NamespaceAll), best first. HTTPRoutes are
+// read when Config.Dynamic is set and the Gateway API is installed and
+// readable.
+func (r *runner) routeBackends(ctx context.Context, ns, host, path string) ([]backend, error) {
+	cfg := r.cfg
+	ings, err := cfg.Client.NetworkingV1().Ingresses(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list ingresses in %q to check the route (or --%s=false): %w", ns, FlagRouteCheck, err)
+	}
+	var out []backend
+	for i := range ings.Items {
+		out = append(out, ingressBackends(&ings.Items[i], host, path)...)
+	}
+	if cfg.Dynamic != nil {
+		routes, err := cfg.Dynamic.Resource(deploy.HTTPRouteResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+		switch {
+		case err == nil:
+			for i := range routes.Items {
+				out = append(out, httpRouteBackends(&routes.Items[i], host, path)...)
+			}
+		case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+			// No Gateway API here, or not ours to read: Ingresses only.
+		default:
+			return nil, fmt.Errorf("list httproutes in %q to check the route (or --%s=false): %w", ns, FlagRouteCheck, err)
+		}
+	}
+	// Best first; stable, so equal scores keep the API's order.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].score > out[j].score })
+	return out, nil
+}
