@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -325,5 +328,33 @@ func TestBodyBudget(t *testing.T) {
 	s, _ = obs.Poll(context.Background())
 	if r := s.Replicas[0]; r.Err == nil || !strings.Contains(r.Err.Error(), "budget") || !strings.Contains(r.Err.Error(), "--"+FlagObserverURL) {
 		t.Errorf("past the budget: %+v, want an error naming the budget and --%s", r, FlagObserverURL)
+	}
+}
+
+// TestPodSourcePinsNamespace: controller pods found across all namespaces
+// but all in one are re-listed in that namespace only (the first list is
+// the one cluster-wide request a run makes for them).
+func TestPodSourcePinsNamespace(t *testing.T) {
+	running := func(ns, name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"application": "skipper-ingress"}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	cs := fake.NewClientset(running("kube-system", "skipper-1"), running("kube-system", "skipper-2"))
+	fc := clocktesting.NewFakeClock(t0)
+	s := &podSource{client: cs, selector: "application=skipper-ingress", refresh: time.Second, now: fc.Now}
+	for range 3 {
+		if pods, err := s.list(context.Background()); err != nil || len(pods) != 2 {
+			t.Fatalf("list: %d pods, %v", len(pods), err)
+		}
+		fc.Step(2 * time.Second)
+	}
+	var nss []string
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "pods" {
+			nss = append(nss, a.GetNamespace())
+		}
+	}
+	if strings.Join(nss, ",") != ",kube-system,kube-system" {
+		t.Errorf("lists in namespaces %q, want one cluster-wide list and then kube-system only", nss)
 	}
 }
