@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -294,6 +295,11 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 	}
 	if obs.Name() != upstream.KindNone {
 		h.Observers = []results.Observer{headerObserver(obs, r.tracker.Stats(), obs.Settings(ctx))}
+	}
+	if cfg.KubeProxyMetrics != "" {
+		kp := readKubeProxy(ctx, &http.Client{Transport: &http.Transport{Proxy: nil}}, cfg.KubeProxyMetrics)
+		h.KubeProxy = &kp
+		r.report(Progress{Phase: "setup", Message: kubeProxyLine(kp)})
 	}
 	if err := sink.Header(h); err != nil {
 		return fmt.Errorf("write results header: %w", err)

@@ -49,6 +49,9 @@ type Header struct {
 	// none; the fields are additive within schema 2).
 	InClusterLoad int     `json:"in_cluster_load,omitempty"`
 	InClusterRate float64 `json:"in_cluster_rate,omitempty"`
+	// KubeProxy is kube-proxy's sync figures when the run read them
+	// (additive within schema 2).
+	KubeProxy *KubeProxy `json:"kube_proxy,omitempty"`
 	// Flags are the command-line flags of the run, as given.
 	Flags map[string]string `json:"flags,omitempty"`
 }

@@ -114,6 +114,7 @@ func measureFlags() []cli.Flag {
 		&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, as most 502 reports involve)", Category: "Load"},
 		&cli.IntFlag{Name: measure.FlagInClusterLoad, Usage: "also run this many load runners in the run's namespace, one per node, sending to the probe Service's ClusterIP (the kube-proxy path), timed as cluster_last_routed beside the ingress path; 0 = none", Category: "Load"},
 		&cli.Float64Flag{Name: measure.FlagInClusterRate, Value: 50, Usage: fmt.Sprintf("requests per second of each in-cluster runner (at most %d)", load.MaxRate), Category: "Load"},
+		&cli.StringFlag{Name: measure.FlagKubeProxyMetrics, Usage: "kube-proxy's metrics URL (its --metrics-bind-address, /metrics); when reachable, the results header records its sync duration and network-programming figures", Category: "Load"},
 		&cli.StringFlag{Name: flagLoadMethod, Value: "GET", Usage: "GET, or POST: ingress controllers retry a refused GET on another pod but never a request with a body, so POST shows the 502s of non-idempotent APIs", Category: "Load"},
 		&cli.DurationFlag{Name: flagLoadTimeout, Value: 5 * time.Second, Usage: "timeout of one load request", Category: "Load"},
 		&cli.IntFlag{Name: flagLoadMaxConns, Usage: "most load requests in flight; more are counted as dropped (default: rate × timeout)", Category: "Load"},
@@ -173,6 +174,7 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		StopOnBlindObserver: c.Bool(measure.FlagStopOnBlind),
 		InClusterLoad:       c.Int(measure.FlagInClusterLoad),
 		InClusterRate:       c.Float64(measure.FlagInClusterRate),
+		KubeProxyMetrics:    c.String(measure.FlagKubeProxyMetrics),
 		ObserverOptions: upstream.Options{
 			Interval:            c.Duration(flagObserverInterval),
 			URLs:                c.StringSlice(flagObserverURL),
