@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/epwindow/epwindow/measure"
@@ -242,6 +243,12 @@ func runMeasure(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("epwindow measure: "+err.Error(), kubeExitCode(err))
 	}
+	// Every client measure builds from here on is counted (footprint).
+	api := &apiCounter{}
+	kc.config.Wrap(api.wrap)
+	if kc.client, err = kubernetes.NewForConfig(kc.config); err != nil {
+		return cli.Exit("epwindow measure: build client: "+err.Error(), exitCluster)
+	}
 	cfg.Client, cfg.RESTConfig, cfg.ClusterName = kc.client, kc.config, kc.context
 	if cfg.Route == measure.RouteHTTPRoute {
 		// The Gateway API has no typed client here.
@@ -268,8 +275,10 @@ func runMeasure(c *cli.Context) error {
 	defer f.Close()
 	sink := &fileSink{w: results.NewWriter(f), opts: opts, hold: cfg.PreStopSleep + cfg.Hold}
 	prog := newProgress(c.App.ErrWriter, cfg.Trials)
+	started := time.Now()
 	runErr := measure.Run(c.Context, cfg, sink, prog.update)
 	prog.done()
+	footprint(c.App.ErrWriter, api, len(sink.trials), time.Since(started))
 
 	// Whatever happened, the finished trials are on disk; summarise them.
 	saved := fmt.Sprintf("%d finished trials in %s", len(sink.trials), outPath)
