@@ -127,23 +127,32 @@ func TestTrackerBacksOff(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tr.Run(ctx) }()
-	waitTimer := func() {
+	// waitNotes waits for the n-th back-off report: poll n is done and
+	// overran, and the tracker is (about to be) pausing.
+	waitNotes := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !fc.HasWaiters() {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			mu.Lock()
+			got := len(notes)
+			mu.Unlock()
+			if got >= n {
+				return
+			}
 			if time.Now().After(deadline) {
-				t.Fatal("the tracker never waited for its next poll")
+				t.Fatalf("no back-off report for poll %d", n)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
 	for i := 1; i <= 3; i++ {
-		waitTimer()
+		waitNotes(i)
 		start := t0.Add(time.Duration(i-1) * 5 * time.Second)
-		// Just before start + 2×took: no poll yet, the timer still waits.
+		// Just before start + 2×took: no poll yet, whenever the pause
+		// began.
 		fc.SetTime(start.Add(5*time.Second - time.Millisecond))
-		if !fc.HasWaiters() || obs.polls.Load() != int32(i) {
-			t.Fatalf("poll %d: the next poll came before the back-off ended (%d polls)", i, obs.polls.Load())
+		if n := obs.polls.Load(); n != int32(i) {
+			t.Fatalf("poll %d: the next poll came before the back-off ended (%d polls)", i, n)
 		}
 		_, next := tr.Latest()
 		fc.SetTime(start.Add(5 * time.Second))
@@ -356,5 +365,26 @@ func TestPodSourcePinsNamespace(t *testing.T) {
 	}
 	if strings.Join(nss, ",") != ",kube-system,kube-system" {
 		t.Errorf("lists in namespaces %q, want one cluster-wide list and then kube-system only", nss)
+	}
+}
+
+// TestSkipperURLGetsTheLimit: an --observer-url naming Skipper's /routes
+// (as the local cluster prints it) is read with the observer's limit: by
+// default Skipper serves 1,024 routes a page (defaultRouteListingLimit in
+// routing/routing.go), and with 2,000 Ingresses the probe's routes were on
+// a page never read. A URL with its own query is the user's to keep.
+func TestSkipperURLGetsTheLimit(t *testing.T) {
+	h := &httpObserver{path: "/routes?limit=1000000"}
+	for base, want := range map[string]string{
+		"http://127.0.0.1:9911":                 "http://127.0.0.1:9911/routes?limit=1000000",
+		"http://127.0.0.1:9911/":                "http://127.0.0.1:9911/routes?limit=1000000",
+		"http://127.0.0.1:9911/routes":          "http://127.0.0.1:9911/routes?limit=1000000",
+		"http://127.0.0.1:9911/routes/":         "http://127.0.0.1:9911/routes?limit=1000000",
+		"http://127.0.0.1:9911/routes?limit=50": "http://127.0.0.1:9911/routes?limit=50",
+		"http://127.0.0.1:9911/skipper/routes":  "http://127.0.0.1:9911/skipper/routes",
+	} {
+		if got := h.requestURL(base); got != want {
+			t.Errorf("requestURL(%q) = %q, want %q", base, got, want)
+		}
 	}
 }

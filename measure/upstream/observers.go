@@ -170,13 +170,25 @@ func imageTag(ref string) string {
 }
 
 // requestURL is the replica's base URL with the observer's path, unless the
-// user's URL already names a path (e.g. Skipper's ".../routes").
+// user's URL already names a path (e.g. Skipper's ".../routes"). A URL that
+// names the observer's own path without a query gets the observer's query:
+// Skipper serves http://h:9911/routes in pages of 1,024 routes unless told
+// a limit, so on a big table the probe's routes would be on a page never
+// read and the run would wait for them in vain.
 func (o *httpObserver) requestURL(base string) string {
 	u, err := url.Parse(base)
-	if err != nil || (u.Path != "" && u.Path != "/") {
+	if err != nil {
 		return base
 	}
-	return strings.TrimRight(base, "/") + o.path
+	if u.Path == "" || u.Path == "/" {
+		return strings.TrimRight(base, "/") + o.path
+	}
+	path, query, _ := strings.Cut(o.path, "?")
+	if query != "" && u.RawQuery == "" && strings.TrimRight(u.Path, "/") == path {
+		u.Path, u.RawQuery = path, query
+		return u.String()
+	}
+	return base
 }
 
 func (o *httpObserver) Poll(ctx context.Context) (Snapshot, error) {

@@ -177,6 +177,8 @@ func (t *Tracker) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
+	tick := t.clock.NewTicker(t.interval)
+	defer tick.Stop()
 	for {
 		start := t.clock.Now()
 		snap, ok := t.pollOnce(ctx)
@@ -195,17 +197,30 @@ func (t *Tracker) Run(ctx context.Context) error {
 				notify(fmt.Sprintf("%s observer: a poll took %s, longer than the %s interval; the next waits %s (no polls stacked on the controller)",
 					t.obs.Name(), snap.At.Sub(start).Round(time.Millisecond), t.interval, next.Sub(snap.At).Round(time.Millisecond)))
 			}
-		}
-		// The wait is measured from the poll's own start stamp, so a clock
-		// that moved on while the poll ran shortens it (down to none).
-		if wait := next.Sub(t.clock.Now()); wait > 0 {
-			timer := t.clock.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return nil
-			case <-timer.C():
+			// The pause is measured from the poll's own stamps, so a
+			// clock that moved on meanwhile shortens it (down to none);
+			// the tick that came during the poll or the pause is dropped.
+			if wait := next.Sub(t.clock.Now()); wait > 0 {
+				timer := t.clock.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return nil
+				case <-timer.C():
+				}
 			}
+			select {
+			case <-tick.C():
+			default:
+			}
+			continue
+		}
+		// Within the interval: the ticker keeps the cadence, and drops
+		// ticks that come while a poll runs.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C():
 		}
 	}
 }
