@@ -10,6 +10,12 @@ import (
 // that a day-long run's memory does not grow.
 const pollWindow = 1024
 
+// ByteBudget is the most an observer reads from a controller per second on
+// average: a poll of B bytes is followed by at least B/ByteBudget seconds
+// before the next, so a 2,000-route Skipper table (780 kB) at a 500 ms
+// interval is read every 780 ms, not every 500 ms.
+const ByteBudget = 1_000_000
+
 // PollStats is what an observer's polls have cost and resolve so far.
 type PollStats struct {
 	// Interval is the poll interval asked for (--observer-interval).
@@ -28,13 +34,18 @@ type PollStats struct {
 	// time from the first poll's start to the last one's end.
 	Bytes int64
 	Span  time.Duration
+	// Gap is the longest start-to-start spacing the byte budget imposed
+	// (0 when it never stretched the interval); Stretched counts the polls
+	// it stretched.
+	Gap       time.Duration
+	Stretched int
 }
 
 // Resolution is how finely the observer's readings resolve a change: a
 // change can fall just after a poll's request reached the controller and is
 // seen only by the next poll's answer, up to one interval plus one poll
 // time later (p99 of the poll time, so 1 reading in 100 can be coarser).
-func (s PollStats) Resolution() time.Duration { return s.Interval + s.P99 }
+func (s PollStats) Resolution() time.Duration { return max(s.Interval, s.Gap) + s.P99 }
 
 // BytesPerMinute is the observer's read traffic, averaged over Span; 0
 // before a poll has taken time.
@@ -47,14 +58,16 @@ func (s PollStats) BytesPerMinute() float64 {
 
 // pollLog keeps the recent poll times and running totals for PollStats.
 type pollLog struct {
-	took     []time.Duration // ring of the last pollWindow polls
-	next     int
-	polls    int
-	overruns int
-	max      time.Duration
-	bytes    int64
-	first    time.Time
-	last     time.Time
+	took      []time.Duration // ring of the last pollWindow polls
+	next      int
+	polls     int
+	overruns  int
+	max       time.Duration
+	bytes     int64
+	first     time.Time
+	last      time.Time
+	gap       time.Duration
+	stretched int
 }
 
 func (l *pollLog) add(start, end time.Time, bytes int64, overrun bool) {
@@ -78,7 +91,8 @@ func (l *pollLog) add(start, end time.Time, bytes int64, overrun bool) {
 }
 
 func (l *pollLog) stats(interval time.Duration) PollStats {
-	s := PollStats{Interval: interval, Polls: l.polls, Overruns: l.overruns, Max: l.max, Bytes: l.bytes, Span: l.last.Sub(l.first)}
+	s := PollStats{Interval: interval, Polls: l.polls, Overruns: l.overruns, Max: l.max, Bytes: l.bytes, Span: l.last.Sub(l.first),
+		Gap: l.gap, Stretched: l.stretched}
 	if n := len(l.took); n > 0 {
 		sorted := slices.Clone(l.took)
 		slices.Sort(sorted)
@@ -96,9 +110,15 @@ func (l *pollLog) stats(interval time.Duration) PollStats {
 // the way to it) is struggling: the next one waits as long again after it
 // ended, so the observer never keeps more than half of the controller's
 // time busy and never stacks polls; overrun says that this happened.
+//
+// budgetGap is the spacing the byte budget asks after a poll of bytes.
 func nextPoll(start time.Time, took, interval time.Duration) (next time.Time, overrun bool) {
 	if took <= interval {
 		return start.Add(interval), false
 	}
 	return start.Add(2 * took), true
+}
+
+func budgetGap(bytes int64) time.Duration {
+	return time.Duration(float64(bytes) / ByteBudget * float64(time.Second))
 }

@@ -388,3 +388,67 @@ func TestSkipperURLGetsTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// bigObserver answers instantly (fake clock) with a payload of size bytes.
+type bigObserver struct {
+	fc    *clocktesting.FakeClock
+	size  int64
+	polls atomic.Int32
+}
+
+func (o *bigObserver) Name() string                               { return "big" }
+func (o *bigObserver) Resolution() time.Duration                  { return 500 * time.Millisecond }
+func (o *bigObserver) Settings(context.Context) map[string]string { return nil }
+func (o *bigObserver) Close() error                               { return nil }
+func (o *bigObserver) Poll(context.Context) (Snapshot, error) {
+	o.polls.Add(1)
+	now := o.fc.Now()
+	return Snapshot{Sent: now, At: now, Replicas: []ReplicaUpstreams{{Replica: "r", Sent: now, At: now, Bytes: o.size}}}, nil
+}
+
+// TestTrackerByteBudget: a 780 kB table (2,000 Skipper routes) at a 500 ms
+// interval is read every 780 ms, so the observer stays within ByteBudget;
+// the resolution says so, and one report tells why.
+func TestTrackerByteBudget(t *testing.T) {
+	fc := clocktesting.NewFakeClock(t0)
+	obs := &bigObserver{fc: fc, size: 780_000}
+	tr := NewTracker(obs, fc, 10*time.Second)
+	var mu sync.Mutex
+	var notes []string
+	tr.SetNotify(func(s string) { mu.Lock(); notes = append(notes, s); mu.Unlock() })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	_, next := tr.Latest()
+	go func() { done <- tr.Run(ctx) }()
+	waitPoll(t, next)
+	gap := 780 * time.Millisecond
+	for i := 1; i <= 4; i++ {
+		start := t0.Add(time.Duration(i-1) * gap)
+		// Wait until the tracker is pausing (the first poll's report, or
+		// the ticker's and timer's waiters), then step to just before the
+		// budget allows the next poll: none may come.
+		deadline := time.Now().Add(10 * time.Second)
+		for !fc.HasWaiters() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		fc.SetTime(start.Add(gap - time.Millisecond))
+		time.Sleep(20 * time.Millisecond) // a poll that wrongly came would have counted by now
+		if n := obs.polls.Load(); n != int32(i) {
+			t.Fatalf("poll %d: %d polls before the budget's gap ended", i, n)
+		}
+		_, next := tr.Latest()
+		fc.SetTime(start.Add(gap))
+		waitPoll(t, next)
+	}
+	cancel()
+	<-done
+	st := tr.Stats()
+	if st.Gap != gap || st.Resolution() != gap || st.Stretched != 5 || st.Overruns != 0 {
+		t.Errorf("stats %+v: want gap and resolution %s, 5 stretched polls, no overrun", st, gap)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notes) != 1 || !strings.Contains(notes[0], "780 kB") || !strings.Contains(notes[0], "every 780ms, not every 500ms") {
+		t.Errorf("notes %q: want one report of the stretched interval", notes)
+	}
+}

@@ -189,6 +189,24 @@ func (t *Tracker) Run(ctx context.Context) error {
 			start = snap.Sent
 		}
 		next, overrun := nextPoll(start, snap.At.Sub(start), t.interval)
+		var bytes int64
+		for _, r := range snap.Replicas {
+			bytes += r.Bytes
+		}
+		stretched := false
+		if gap := budgetGap(bytes); gap > next.Sub(start) {
+			next, stretched = start.Add(gap), true
+			t.mu.Lock()
+			t.log.gap = max(t.log.gap, gap)
+			t.log.stretched++
+			first := t.log.stretched == 1
+			notify := t.notify
+			t.mu.Unlock()
+			if first && notify != nil {
+				notify(fmt.Sprintf("%s observer: a poll reads %d kB; to stay within %d kB/s it polls every %s, not every %s",
+					t.obs.Name(), bytes/1000, ByteBudget/1000, gap.Round(time.Millisecond), t.interval))
+			}
+		}
 		if overrun {
 			t.mu.Lock()
 			notify := t.notify
@@ -197,6 +215,8 @@ func (t *Tracker) Run(ctx context.Context) error {
 				notify(fmt.Sprintf("%s observer: a poll took %s, longer than the %s interval; the next waits %s (no polls stacked on the controller)",
 					t.obs.Name(), snap.At.Sub(start).Round(time.Millisecond), t.interval, next.Sub(snap.At).Round(time.Millisecond)))
 			}
+		}
+		if overrun || stretched {
 			// The pause is measured from the poll's own stamps, so a
 			// clock that moved on meanwhile shortens it (down to none);
 			// the tick that came during the poll or the pause is dropped.
