@@ -31,8 +31,10 @@ type RunnerParams struct {
 	Target string
 	// Rate is each runner's requests per second.
 	Rate float64
-	// Deadline is when each runner stops by itself.
-	Deadline time.Time
+	// Lifetime is how long each runner sends before it stops by itself and
+	// idles, counted on the runner's own clock from its start (so clock
+	// skew between the tool and the node cannot move it).
+	Lifetime time.Duration
 }
 
 // RunnerSelector selects the runner pods of workload name (and run id).
@@ -55,10 +57,14 @@ func (p Params) RunnerSelector() map[string]string {
 // request anew. A topology spread constraint over kubernetes.io/hostname
 // (DoNotSchedule, tainted nodes left out) puts them on distinct nodes while
 // Count does not exceed the schedulable nodes, which measure checks. Past
-// its deadline a restarted runner refuses to start: it sends nothing more.
+// its lifetime a runner idles (it does not exit, which would restart it)
+// and keeps its statistics until the run's cleanup deletes it.
 func RunnerDeployment(wl *Workload, p Params, rp RunnerParams) (*appsv1.Deployment, error) {
 	if rp.Count < 1 {
 		return nil, fmt.Errorf("--in-cluster-load (%d): want at least 1 runner", rp.Count)
+	}
+	if rp.Lifetime <= 0 {
+		return nil, fmt.Errorf("runner lifetime %s must be positive", rp.Lifetime)
 	}
 	if !(rp.Rate > 0) {
 		return nil, fmt.Errorf("--in-cluster-rate (%g) must be above 0", rp.Rate)
@@ -73,7 +79,7 @@ func RunnerDeployment(wl *Workload, p Params, rp RunnerParams) (*appsv1.Deployme
 	c.Command = []string{"epwindow", "load",
 		"--url=" + rp.Target,
 		"--rate=" + strconv.FormatFloat(rp.Rate, 'f', -1, 64),
-		"--deadline=" + rp.Deadline.UTC().Format(time.RFC3339),
+		"--deadline=" + rp.Lifetime.String(),
 		fmt.Sprintf("--stats-listen=:%d", DefaultStatsPort)}
 	c.Env = []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},

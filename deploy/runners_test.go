@@ -12,7 +12,7 @@ import (
 
 func testRunners() RunnerParams {
 	return RunnerParams{Count: 2, Target: "http://10.96.3.4:8080/", Rate: 150,
-		Deadline: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
+		Lifetime: 17*time.Minute + 30*time.Second}
 }
 
 func TestRunnerDeployment(t *testing.T) {
@@ -39,7 +39,7 @@ func TestRunnerDeployment(t *testing.T) {
 		t.Fatalf("containers %v", spec.Containers)
 	}
 	c := spec.Containers[0]
-	want := []string{"epwindow", "load", "--url=http://10.96.3.4:8080/", "--rate=150", "--deadline=2026-11-29T14:00:00Z", "--stats-listen=:9090"}
+	want := []string{"epwindow", "load", "--url=http://10.96.3.4:8080/", "--rate=150", "--deadline=17m30s", "--stats-listen=:9090"}
 	if !slices.Equal(c.Command, want) || c.Image != p.Image || c.Lifecycle != nil {
 		t.Errorf("container command %q image %s lifecycle %v", c.Command, c.Image, c.Lifecycle)
 	}

@@ -3,6 +3,10 @@
 #  1. Throughput: the probe vs a bare net/http hello handler under the same
 #     load (in-process load generator, loopback), paired rounds; prints the
 #     req/s ratio (goal >= 0.9).
+#     The keep-alive rounds run under the CPU profiler; the summary prints
+#     the probe handler's own per-request cost (the frames under its
+#     ServeHTTP) and where the process's CPU went, so a regression shows
+#     where it came from.
 #  2. Memory: live heap after 10^4 ... 10^6 requests from 10^4 distinct peer
 #     addresses (127.1.x.y); goal: flat once every peer has been seen.
 # Both share this machine's CPU with whatever else runs: on a busy machine the
@@ -13,9 +17,12 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 ROUNDS=${ROUNDS:-9}
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+prof=$(mktemp -d)
+trap 'rm -rf "$out" "$prof"' EXIT
 
 "$GO" test -run '^$' -count 1 -bench '^BenchmarkProbeVsBare$' -benchtime "${ROUNDS}x" ./probe/ | tee "$out"
+"$GO" test -run '^$' -count 1 -bench '^BenchmarkProbeVsBare/keepalive$' -benchtime 3x \
+	-cpuprofile "$prof/cpu.out" -o "$prof/probe.test" ./probe/ >/dev/null
 "$GO" test -run '^$' -count 1 -bench '^BenchmarkProbeHeapPeers$' -benchtime 1x ./probe/ | tee -a "$out"
 
 # metric NAME-REGEX UNIT: the value printed before UNIT on the matching line.
@@ -36,3 +43,8 @@ for n in 1e4 1e5 2.5e5 5e5 1e6; do
 done
 printf '\n  (10^4 peers; %s recorded individually, %s accepts from the rest counted as overflow; %s req/s)\n' \
 	"$(metric HeapPeers peers-recorded)" "$(metric HeapPeers peer-overflow-accepts)" "$(metric HeapPeers req/s)"
+echo
+echo "== probe keep-alive CPU profile (3 paired rounds; the probe's handler, cumulative) =="
+"$GO" tool pprof -top -cum -nodecount 12 -focus 'probe\.\(\*server\)\.ServeHTTP' "$prof/probe.test" "$prof/cpu.out" 2>/dev/null | sed -n '/flat%/,$p'
+echo "== the whole process (probe, bare handler and load generator), top 12 cumulative =="
+"$GO" tool pprof -top -cum -nodecount 12 "$prof/probe.test" "$prof/cpu.out" 2>/dev/null | sed -n '/flat%/,$p'

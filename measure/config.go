@@ -67,6 +67,8 @@ const (
 	// runners: how many, and each one's requests per second.
 	FlagInClusterLoad = "in-cluster-load"
 	FlagInClusterRate = "in-cluster-rate"
+	// FlagKubeProxyMetrics is kube-proxy's metrics URL.
+	FlagKubeProxyMetrics = "kube-proxy-metrics"
 	// FlagRoute picks an Ingress or an HTTPRoute; FlagGateway and
 	// FlagGatewaySection name the HTTPRoute's parent.
 	FlagRoute          = deploy.FlagRoute
@@ -185,6 +187,11 @@ type Config struct {
 	InClusterLoad int
 	InClusterRate float64
 
+	// KubeProxyMetrics is kube-proxy's metrics URL (--kube-proxy-metrics,
+	// e.g. http://NODE:10249/metrics where it binds there); when set, the
+	// header records its sync figures (results.KubeProxy).
+	KubeProxyMetrics string
+
 	// StopOnBlindObserver stops the run after a trial in which an observed
 	// controller replica could not be read; otherwise such trials are
 	// marked invalid and the run goes on.
@@ -257,6 +264,11 @@ func (c *Config) Validate() error {
 	}
 	if c.InClusterLoad > 0 && (math.IsNaN(c.InClusterRate) || c.InClusterRate <= 0 || c.InClusterRate > load.MaxRate) {
 		add("--%s (%g) must be above 0 and at most %d requests per second", FlagInClusterRate, c.InClusterRate, load.MaxRate)
+	}
+	if c.KubeProxyMetrics != "" {
+		if u, err := url.Parse(c.KubeProxyMetrics); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("--%s %q: want kube-proxy's metrics URL, e.g. http://127.0.0.1:10249/metrics", FlagKubeProxyMetrics, c.KubeProxyMetrics)
+		}
 	}
 	if c.Image == "" {
 		add("--%s must name the probe image", FlagImage)

@@ -26,6 +26,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"defaults are valid", func(*Config) {}, ""},
 		{"zero trials", func(c *Config) { c.Trials = 0 }, "--trials (0) must be at least 1"},
+		{"kube-proxy metrics not a URL", func(c *Config) { c.KubeProxyMetrics = "10.0.0.1:10249" }, "--kube-proxy-metrics"},
+		{"kube-proxy metrics URL", func(c *Config) { c.KubeProxyMetrics = "http://127.0.0.1:10249/metrics" }, ""},
 		{"one replica", func(c *Config) { c.Replicas = 1 }, "--replicas (1) must be at least 2"},
 		{"unknown mode", func(c *Config) { c.Mode = "chaos" }, `--mode "chaos"`},
 		{"no url", func(c *Config) { c.URL = nil }, "--url is required"},

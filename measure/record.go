@@ -85,6 +85,7 @@ func buildRecord(in trialInput) *results.Record {
 		add(results.StageDeleteAcked, "", in.acked, 0, results.ClockTool)
 	}
 	w := in.watch
+	rec.Slice, rec.SliceWrites = w.slice, w.sliceWrites
 	add(results.StagePodTerminatingSeen, "", w.terminatingSeen, 0, results.ClockTool)
 	// ServerDeleteTime: metav1.Time, 1 s resolution — a cross-check only.
 	add(results.StageServerDeleteTime, "", w.serverDeleteTime, time.Second, results.ClockAPIServer)

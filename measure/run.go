@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -268,6 +269,7 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 
 	obs, choice := r.obs, r.choice
 	r.tracker = upstream.NewTracker(obs, cfg.Clock, 0)
+	r.tracker.SetNotify(func(msg string) { r.report(Progress{Phase: "observer", Message: msg}) })
 	g.Go(func() error { return r.tracker.Run(ctx) })
 
 	gen, err := load.New(load.Config{URL: cfg.URL.String(), Host: cfg.Host, Rate: cfg.Rate, KeepAlive: cfg.KeepAlive,
@@ -298,7 +300,12 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		h.Ingress.Version = v.Version(ctx)
 	}
 	if obs.Name() != upstream.KindNone {
-		h.Observers = []results.Observer{{Name: obs.Name(), ResolutionNS: int64(obs.Resolution()), Settings: obs.Settings(ctx)}}
+		h.Observers = []results.Observer{headerObserver(obs, r.tracker.Stats(), obs.Settings(ctx))}
+	}
+	if cfg.KubeProxyMetrics != "" {
+		kp := readKubeProxy(ctx, &http.Client{Transport: &http.Transport{Proxy: nil}}, cfg.KubeProxyMetrics)
+		h.KubeProxy = &kp
+		r.report(Progress{Phase: "setup", Message: kubeProxyLine(kp)})
 	}
 	if err := sink.Header(h); err != nil {
 		return fmt.Errorf("write results header: %w", err)

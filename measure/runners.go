@@ -85,15 +85,18 @@ func CheckRunnerNodes(ctx context.Context, client kubernetes.Interface, n int) (
 	return true, nil
 }
 
-// runnersDeadline is when the runners stop by themselves, should the tool
-// die without cleaning up: the longest the run can take (a settle wait, then
-// per trial a pause, a settle wait, the hold and the removal wait, for every
-// trial the run may add to replace ones without a valid window), capped at
-// load.MaxLifetime.
-func runnersDeadline(cfg Config, grace time.Duration, now time.Time) time.Time {
+// runnersLifetime is how long the runners send before they stop by
+// themselves, should the tool die without cleaning up: the longest the run
+// can take (a settle wait, then per trial a pause, a settle wait, the hold
+// and the removal wait, for every trial the run may add to replace ones
+// without a valid window), capped at load.MaxLifetime. It is a duration that
+// each runner counts on its own clock from its start, not an instant on the
+// tool's clock: skew between the two cannot shorten it or make the runner
+// refuse to start.
+func runnersLifetime(cfg Config, grace time.Duration) time.Duration {
 	perTrial := cfg.SettleTimeout + cfg.TrialJitter + cfg.PreStopSleep + cfg.Hold + grace + 30*time.Second + cfg.QuietPeriod
 	d := cfg.SettleTimeout + time.Duration(newTrialBudget(cfg.Trials).limit)*perTrial + time.Minute
-	return now.Add(min(d, load.MaxLifetime))
+	return min(d, load.MaxLifetime)
 }
 
 // runnerTarget is the probe Service's ClusterIP URL, the runners' one target.
@@ -112,7 +115,7 @@ func (r *runner) renderRunners(svc *corev1.Service) (*appsv1.Deployment, error) 
 		return nil, err
 	}
 	return deploy.RunnerDeployment(r.wl, r.params, deploy.RunnerParams{Count: r.cfg.InClusterLoad, Target: target,
-		Rate: r.cfg.InClusterRate, Deadline: runnersDeadline(r.cfg, r.grace(), r.cfg.Clock.Now())})
+		Rate: r.cfg.InClusterRate, Lifetime: runnersLifetime(r.cfg, r.grace())})
 }
 
 func (r *runner) runnerSelector() labels.Selector {

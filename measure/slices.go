@@ -69,3 +69,28 @@ func hasAddress(addrs []string, addr netip.Addr) bool {
 	}
 	return false
 }
+
+// sliceHolds tells whether s lists addr.
+func sliceHolds(s *discoveryv1.EndpointSlice, addr netip.Addr) bool {
+	if s == nil || !sliceFamilyMatches(s, addr) {
+		return false
+	}
+	for _, ep := range s.Endpoints {
+		if hasAddress(ep.Addresses, addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdingSlice names the slice that lists addr, "" when none does; if
+// several do (an address mid-move), the first by name.
+func holdingSlice(slices []*discoveryv1.EndpointSlice, addr netip.Addr) string {
+	name := ""
+	for _, s := range slices {
+		if sliceHolds(s, addr) && (name == "" || s.Name < name) {
+			name = s.Name
+		}
+	}
+	return name
+}

@@ -35,6 +35,15 @@ type trialWatch struct {
 	sliceNotReady   time.Time
 	sliceNotServing time.Time
 	sliceRemoved    time.Time
+	// slice names the EndpointSlice that held the address (the last one
+	// seen holding it): with many slices per Service, the slice stages are
+	// that slice's writes. sliceWrites counts the Service's slice writes
+	// delivered while the trial ran (the EndpointSlice controller rewrites
+	// only slices whose endpoints changed: a graceful deletion is two
+	// writes of the holding slice, terminating then removal, and the
+	// replacement's arrival one or two more, possibly in another slice).
+	slice       string
+	sliceWrites int
 	// lastPod is the latest object seen, for the container's termination
 	// message and exit time.
 	lastPod *corev1.Pod
@@ -57,6 +66,7 @@ func (w *watcher) podEvent(seen time.Time, obj any, deleted bool) {
 	if tw == nil && w.follow != nil && pod.DeletionTimestamp != nil && !deleted && w.follow(pod) {
 		if addr, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
 			tw = &trialWatch{pod: pod.Name, uid: pod.UID, addr: addr, t0: seen}
+			tw.slice = holdingSlice(slices.Collect(maps.Values(w.seenSlices)), addr)
 			w.trials[pod.UID] = tw
 			w.followed = append(w.followed, tw)
 			w.applySlices(tw, seen)
@@ -105,6 +115,10 @@ func (w *watcher) sliceEvent(seen time.Time, obj any, deleted bool) {
 		w.seenSlices[s.Name] = s
 	}
 	for _, tw := range w.trials {
+		tw.sliceWrites++
+		if !deleted && sliceHolds(s, tw.addr) {
+			tw.slice = s.Name
+		}
 		w.applySlices(tw, seen)
 	}
 	seenNow := slices.Collect(maps.Values(w.seenSlices))
@@ -151,7 +165,9 @@ func applySliceState(tw *trialWatch, seen time.Time, slices []*discoveryv1.Endpo
 func (w *watcher) begin(pod *corev1.Pod, addr netip.Addr) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.trials[pod.UID] = &trialWatch{pod: pod.Name, uid: pod.UID, addr: addr, lastPod: pod}
+	tw := &trialWatch{pod: pod.Name, uid: pod.UID, addr: addr, lastPod: pod}
+	tw.slice = holdingSlice(slices.Collect(maps.Values(w.seenSlices)), addr)
+	w.trials[pod.UID] = tw
 }
 
 // end stops attributing events to the trial of uid and returns what was seen.

@@ -197,12 +197,17 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 	srv := &http.Server{
 		Handler:     p,
 		ConnContext: p.connContext,
-		// Bounds a stalled request header only: net/http starts it at the
-		// first byte of a request (server.go, conn.serve peeks first), so
+		// No ReadHeaderTimeout: net/http arms and disarms a read deadline
+		// for it on every request (readRequest in net/http server.go, two
+		// runtime timer updates), which cost the probe 6% of its CPU per
+		// keep-alive request against a bare handler (make bench,
+		// 2026-12-01: cpu-ratio 0.85 with it, 0.91 without). A bare app
+		// has none either, and the probe, like the app it stands in for,
+		// sits behind an ingress or kube-proxy for one run: a stalled
+		// header holds one goroutine, never a stamp. No IdleTimeout, so
 		// idle keep-alive connections from an ingress stay open, as they
-		// would to a real app. No IdleTimeout, for the same reason.
-		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// would to a real app.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -422,8 +427,12 @@ func (p *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.reply(w, http.StatusOK, textPlain, []byte("released\n"))
 	default:
-		p.rec.Request(c, true)
-		p.reply(w, http.StatusOK, textPlain, p.podBody)
+		// The request's own stamp dates the response too: any probe-clock
+		// instant between the client's send and receive serves the skew
+		// estimate (DESIGN "Clock skew"), and a second clock read per
+		// request was a measurable share of the probe's cost (make bench).
+		at := p.rec.Request(c, true)
+		p.replyAt(w, http.StatusOK, textPlain, p.podBody, at)
 	}
 }
 
@@ -471,11 +480,17 @@ var (
 // reply writes a response with the probe's headers; the time header is
 // taken last, just before the header is written.
 func (p *server) reply(w http.ResponseWriter, code int, contentType []string, body []byte) {
+	p.replyAt(w, code, contentType, body, p.rec.Now())
+}
+
+// replyAt writes a response with the probe's headers, X-Epwindow-Time
+// being at (probe clock plus offset).
+func (p *server) replyAt(w http.ResponseWriter, code int, contentType []string, body []byte, at time.Time) {
 	h := w.Header()
 	h["Content-Type"] = contentType
 	h[HeaderPod] = p.podValue
 	var buf [20]byte
-	h[HeaderTime] = []string{string(strconv.AppendInt(buf[:0], p.rec.Now().UnixNano(), 10))}
+	h[HeaderTime] = []string{string(strconv.AppendInt(buf[:0], at.UnixNano(), 10))}
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
 }

@@ -49,6 +49,9 @@ type Header struct {
 	// none; the fields are additive within schema 2).
 	InClusterLoad int     `json:"in_cluster_load,omitempty"`
 	InClusterRate float64 `json:"in_cluster_rate,omitempty"`
+	// KubeProxy is kube-proxy's sync figures when the run read them
+	// (additive within schema 2).
+	KubeProxy *KubeProxy `json:"kube_proxy,omitempty"`
 	// Flags are the command-line flags of the run, as given.
 	Flags map[string]string `json:"flags,omitempty"`
 }
@@ -85,13 +88,25 @@ type Route struct {
 // Observer describes one upstream observer of the run.
 type Observer struct {
 	Name string `json:"name"`
-	// ResolutionNS is the observer's poll interval: how finely its
-	// upstream_removed instants resolve.
+	// ResolutionNS is how finely its upstream_removed instants resolve: the
+	// poll interval plus the p99 poll time measured before the first trial
+	// (files before the poll figures hold the interval alone).
 	ResolutionNS int64             `json:"resolution_ns"`
 	Settings     map[string]string `json:"settings,omitempty"`
+	// The poll figures behind ResolutionNS (additive within schema 2):
+	// the interval asked for, the polls made before the header was
+	// written, how many took longer than the interval (each followed by a
+	// back-off), the p99 (nearest rank; the maximum below 100 polls) and
+	// longest poll time, and the bytes read from the controller per minute.
+	IntervalNS     int64   `json:"interval_ns,omitempty"`
+	Polls          int     `json:"polls,omitempty"`
+	Overruns       int     `json:"overruns,omitempty"`
+	PollP99NS      int64   `json:"poll_p99_ns,omitempty"`
+	PollMaxNS      int64   `json:"poll_max_ns,omitempty"`
+	BytesPerMinute float64 `json:"bytes_per_minute,omitempty"`
 }
 
-// Resolution is the observer's poll interval.
+// Resolution is how finely the observer's readings resolve a change.
 func (o Observer) Resolution() time.Duration { return time.Duration(o.ResolutionNS) }
 
 // WorstResolution is the coarsest resolution among the header's observers,

@@ -149,7 +149,13 @@ type Record struct {
 	// ClusterFailures counts the runners' failures during this trial, by
 	// kind, summed over the runners.
 	ClusterFailures map[string]int `json:"cluster_failures,omitempty"`
-	Stages          []Stage        `json:"stages"`
+	// Slice names the EndpointSlice that held the deleted pod's endpoint,
+	// whose writes the slice stages are; SliceWrites counts the writes of
+	// the Service's slices delivered while the trial ran (additive within
+	// schema 2).
+	Slice       string  `json:"slice,omitempty"`
+	SliceWrites int     `json:"slice_writes,omitempty"`
+	Stages      []Stage `json:"stages"`
 }
 
 // Runner is one in-cluster load runner as a trial saw it: a pod that sends

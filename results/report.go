@@ -75,7 +75,7 @@ func runLine(h *Header) []string {
 		parts = append(parts, s)
 	}
 	for _, o := range h.Observers {
-		parts = append(parts, fmt.Sprintf("observer %s every %s", o.Name, time.Duration(o.ResolutionNS)))
+		parts = append(parts, observerPart(o))
 	}
 	if h.Mode != "" {
 		parts = append(parts, "mode "+h.Mode)
@@ -578,4 +578,18 @@ func NewPerfDataReporter(s *Summary) Reporter {
 		enc.SetIndent("", "  ")
 		return enc.Encode(pd)
 	}
+}
+
+// observerPart reads "observer skipper every 1s" or, with poll figures,
+// "observer skipper every 1s, resolves 1.2s (poll p99 200ms, 3 overruns)".
+func observerPart(o Observer) string {
+	if o.IntervalNS == 0 {
+		return fmt.Sprintf("observer %s every %s", o.Name, o.Resolution())
+	}
+	s := fmt.Sprintf("observer %s every %s, resolves %s (poll p99 %s", o.Name, time.Duration(o.IntervalNS),
+		o.Resolution().Round(time.Millisecond), time.Duration(o.PollP99NS).Round(time.Millisecond))
+	if o.Overruns > 0 {
+		s += fmt.Sprintf(", %d over the interval", o.Overruns)
+	}
+	return s + ")"
 }

@@ -30,29 +30,31 @@ func loadCommand() *cli.Command {
 		UsageText: `epwindow load --url URL --rate R --deadline TIME|DURATION [options]
 
    # What an in-cluster runner of measure --in-cluster-load runs (POD_NAME, NODE_NAME from the downward API):
-   epwindow load --url http://10.96.14.2:8080/ --rate 100 --deadline 2026-11-29T14:00:00Z --stats-listen :9090
+   epwindow load --url http://10.96.14.2:8080/ --rate 100 --deadline 17m30s --stats-listen :9090
 
    # Try it locally against a probe:
    epwindow probe --listen 127.0.0.1:8080 --pod-name demo &
    epwindow load --url http://127.0.0.1:8080/ --rate 50 --deadline 1m --stats-listen 127.0.0.1:9090 &
    curl -s 127.0.0.1:9090/stats             # last response per probe pod, failures by kind, skew, its clock`,
 		Description: fmt.Sprintf(`Sends GET requests to --url, and only there, at --rate per second (at most %d),
-on a fixed schedule, a new connection per request unless --keepalive; stops by itself when
---deadline passes (an RFC 3339 time, or a duration from now, at most %s ahead) and exits 0.
+on a fixed schedule, a new connection per request unless --keepalive; stops sending by itself
+when --deadline passes (a duration counted on this machine's clock from the start, or an RFC 3339
+time; at most %s ahead), then idles: /stats keeps its figures, /healthz answers 503, and
+it exits 0 only when stopped (SIGTERM or Ctrl-C), so a pod's container is not restarted.
 
 Serves on --stats-listen:
    GET /stats    JSON: per probe pod (X-Epwindow-Pod) the first and last response on this
                  process's clock and the probe clock's offset against it; failures by kind
                  since the start; totals; and this process's clock as it answered
    GET /clock    {"time": ..., "unix_ns": ...}, like the probe's
-   GET /healthz  200 while running
+   GET /healthz  200 while sending, 503 once idle
 
 measure --in-cluster-load runs it in pods and reads these through the API server's pod proxy.`, load.MaxRate, load.MaxLifetime),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagLoadURL, Usage: "the one URL to send to (required)"},
 			&cli.StringFlag{Name: flagLoadHost, Usage: "Host header to send"},
 			&cli.Float64Flag{Name: measure.FlagRate, Usage: fmt.Sprintf("requests per second, above 0 and at most %d (required)", load.MaxRate)},
-			&cli.StringFlag{Name: flagDeadline, Usage: "stop at this RFC 3339 time, or after this duration (required)"},
+			&cli.StringFlag{Name: flagDeadline, Usage: "stop sending after this duration on this machine's clock, or at this RFC 3339 time, then idle (required)"},
 			&cli.StringFlag{Name: flagStatsListen, Value: ":9090", Usage: "TCP address of the statistics endpoint"},
 			&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, so every request is routed anew)"},
 			&cli.DurationFlag{Name: flagLoadTimeout, Value: 5 * time.Second, Usage: "timeout of one request"},
@@ -94,6 +96,9 @@ func runLoad(c *cli.Context) error {
 		return cli.Exit("epwindow load: "+err.Error(), exitUsage)
 	}
 	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, nil))
+	cfg.OnIdle = func(at time.Time) {
+		log.Info("deadline passed: idle, sending nothing, serving /stats until stopped", "at", at)
+	}
 	err = load.RunRunner(c.Context, cfg, clk, func(a net.Addr) {
 		log.Info("started", "url", cfg.Load.URL, "rate", cfg.Load.Rate, "deadline", cfg.Deadline, "stats", a.String())
 	})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func TestLoadConfigFromFlags(t *testing.T) {
 	}
 	want := load.RunnerConfig{Load: load.Config{URL: "http://10.96.0.10:8080/", Host: "probe.local", Rate: 250, KeepAlive: true,
 		Timeout: 2 * time.Second, MaxConns: 32}, StatsListen: ":9191", Deadline: now.Add(90 * time.Minute), Pod: "r-1", Node: "n-1"}
-	if cfg != want {
+	if !reflect.DeepEqual(cfg, want) { // RunnerConfig holds a func (OnIdle): nil here
 		t.Errorf("config %+v\nwant   %+v", cfg, want)
 	}
 }

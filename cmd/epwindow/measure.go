@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/epwindow/epwindow/measure"
@@ -115,6 +116,7 @@ func measureFlags() []cli.Flag {
 		&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, as most 502 reports involve)", Category: "Load"},
 		&cli.IntFlag{Name: measure.FlagInClusterLoad, Usage: "also run this many load runners in the run's namespace, one per node, sending to the probe Service's ClusterIP (the kube-proxy path), timed as cluster_last_routed beside the ingress path; 0 = none", Category: "Load"},
 		&cli.Float64Flag{Name: measure.FlagInClusterRate, Value: 50, Usage: fmt.Sprintf("requests per second of each in-cluster runner (at most %d)", load.MaxRate), Category: "Load"},
+		&cli.StringFlag{Name: measure.FlagKubeProxyMetrics, Usage: "kube-proxy's metrics URL (its --metrics-bind-address, /metrics); when reachable, the results header records its sync duration and network-programming figures", Category: "Load"},
 		&cli.StringFlag{Name: flagLoadMethod, Value: "GET", Usage: "GET, or POST: ingress controllers retry a refused GET on another pod but never a request with a body, so POST shows the 502s of non-idempotent APIs", Category: "Load"},
 		&cli.DurationFlag{Name: flagLoadTimeout, Value: 5 * time.Second, Usage: "timeout of one load request", Category: "Load"},
 		&cli.IntFlag{Name: flagLoadMaxConns, Usage: "most load requests in flight; more are counted as dropped (default: rate × timeout)", Category: "Load"},
@@ -174,6 +176,7 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		StopOnBlindObserver: c.Bool(measure.FlagStopOnBlind),
 		InClusterLoad:       c.Int(measure.FlagInClusterLoad),
 		InClusterRate:       c.Float64(measure.FlagInClusterRate),
+		KubeProxyMetrics:    c.String(measure.FlagKubeProxyMetrics),
 		ObserverOptions: upstream.Options{
 			Interval:            c.Duration(flagObserverInterval),
 			URLs:                c.StringSlice(flagObserverURL),
@@ -241,6 +244,12 @@ func runMeasure(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("epwindow measure: "+err.Error(), kubeExitCode(err))
 	}
+	// Every client measure builds from here on is counted (footprint).
+	api := &apiCounter{}
+	kc.config.Wrap(api.wrap)
+	if kc.client, err = kubernetes.NewForConfig(kc.config); err != nil {
+		return cli.Exit("epwindow measure: build client: "+err.Error(), exitCluster)
+	}
 	cfg.Client, cfg.RESTConfig, cfg.ClusterName = kc.client, kc.config, kc.context
 	if cfg.Route == measure.RouteHTTPRoute {
 		// The Gateway API has no typed client here.
@@ -267,8 +276,10 @@ func runMeasure(c *cli.Context) error {
 	defer f.Close()
 	sink := &fileSink{w: results.NewWriter(f), opts: opts, hold: cfg.PreStopSleep + cfg.Hold}
 	prog := newProgress(c.App.ErrWriter, cfg.Trials)
+	started := time.Now()
 	runErr := measure.Run(c.Context, cfg, sink, prog.update)
 	prog.done()
+	footprint(c.App.ErrWriter, api, len(sink.trials), time.Since(started))
 
 	// Whatever happened, the finished trials are on disk; summarise them.
 	saved := fmt.Sprintf("%d finished trials in %s", len(sink.trials), outPath)

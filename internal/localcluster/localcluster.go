@@ -53,6 +53,13 @@ type Options struct {
 	Dir string
 	// Timeout bounds the wait for READY (0 = 2 minutes).
 	Timeout time.Duration
+	// MaxEndpointsPerSlice, Ballast and Churn are up's production-shape
+	// flags (--max-endpoints-per-slice, --ballast SERVICESxENDPOINTS,
+	// --churn changes a second); zero values leave them out. A ballast of
+	// thousands of Services needs a longer Timeout.
+	MaxEndpointsPerSlice int
+	Ballast              string
+	Churn                float64
 }
 
 // args is up's command line for o (defaults applied).
@@ -75,6 +82,15 @@ func (o Options) args(dir string) []string {
 	}
 	if o.ProxyMinSyncPeriod != 0 {
 		args = append(args, "--proxy-min-sync-period", o.ProxyMinSyncPeriod.String())
+	}
+	if o.MaxEndpointsPerSlice != 0 {
+		args = append(args, "--max-endpoints-per-slice", strconv.Itoa(o.MaxEndpointsPerSlice))
+	}
+	if o.Ballast != "" {
+		args = append(args, "--ballast", o.Ballast)
+	}
+	if o.Churn != 0 {
+		args = append(args, "--churn", strconv.FormatFloat(o.Churn, 'f', -1, 64))
 	}
 	return args
 }
@@ -130,6 +146,9 @@ type Cluster struct {
 	TraefikAPIURL string
 	// Gateway is Traefik's Gateway, NS/NAME, of GatewayClass traefik.
 	Gateway string
+	// KubeProxyMetricsURL is kube-proxy's /metrics on loopback (empty
+	// without kube-proxy).
+	KubeProxyMetricsURL string
 	// StartupTime is from starting the binary to its READY line.
 	StartupTime time.Duration
 	// PID is epwindow-local's process: etcd, the API server, the
@@ -325,6 +344,8 @@ func (c *Cluster) parseReady(line string) error {
 			c.TraefikAPIURL = v
 		case "gateway":
 			c.Gateway = v
+		case "kube-proxy-metrics":
+			c.KubeProxyMetricsURL = v
 		}
 	}
 	skipper := c.IngressURL != "" && c.RoutesURL != ""

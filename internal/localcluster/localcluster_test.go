@@ -61,6 +61,8 @@ func TestArgs(t *testing.T) {
 			[]string{"up", "--dir", "/d", "--nodes", "2", "--batch-period", "0s", "--ingress-poll", "3s", "--ingress", "traefik", "--traefik-throttle", "500ms"}},
 		{"traefik unthrottled", Options{Ingress: "all", TraefikNoThrottle: true},
 			[]string{"up", "--dir", "/d", "--nodes", "2", "--batch-period", "0s", "--ingress-poll", "3s", "--ingress", "all", "--traefik-throttle", "0s"}},
+		{"production shape", Options{MaxEndpointsPerSlice: 5, Ballast: "2000x5", Churn: 2.5},
+			[]string{"up", "--dir", "/d", "--nodes", "2", "--batch-period", "0s", "--ingress-poll", "3s", "--max-endpoints-per-slice", "5", "--ballast", "2000x5", "--churn", "2.5"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

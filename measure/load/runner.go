@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -43,9 +44,15 @@ type RunnerConfig struct {
 	Load Config
 	// StatsListen is the TCP address of the statistics endpoint.
 	StatsListen string
-	// Deadline is when the runner stops by itself, whether or not anyone
-	// still reads it (the tool may have died).
+	// Deadline is when the runner stops sending by itself, whether or not
+	// anyone still reads it (the tool may have died), on the runner's own
+	// clock: measure passes a duration (ParseDeadline counts it from the
+	// runner's start), so clock skew between the tool and the node cannot
+	// move it.
 	Deadline time.Time
+	// OnIdle, if set, is told when the deadline passed and the runner
+	// went idle.
+	OnIdle func(at time.Time)
 	// Pod and Node name the runner in its Stats.
 	Pod, Node string
 }
@@ -105,6 +112,9 @@ type Stats struct {
 	Now      time.Time `json:"now"`
 	Started  time.Time `json:"started"`
 	Deadline time.Time `json:"deadline"`
+	// IdleSince is when the deadline passed and the runner stopped
+	// sending, on its clock (absent while it sends).
+	IdleSince time.Time `json:"idle_since,omitzero"`
 	// Sent, OK, Failed and Dropped count requests so far (Totals).
 	Sent    int64   `json:"sent"`
 	OK      int64   `json:"ok"`
@@ -162,6 +172,13 @@ func ParseStats(b []byte) (Stats, error) {
 // StatsHandler serves the runner's endpoints for g: /stats, /clock and
 // /healthz; anything else is 404. Instants come from clk.
 func StatsHandler(g *Generator, cfg RunnerConfig, clk clock.PassiveClock) http.Handler {
+	return statsHandler(g, cfg, clk, &idleState{})
+}
+
+// statsHandler is StatsHandler for a runner that may go idle: once idle,
+// /healthz answers 503 (the pod turns unready, so anyone listing it sees
+// it has stopped) and /stats says since when.
+func statsHandler(g *Generator, cfg RunnerConfig, clk clock.PassiveClock, idle *idleState) http.Handler {
 	reply := func(w http.ResponseWriter, v any) {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -181,6 +198,10 @@ func StatsHandler(g *Generator, cfg RunnerConfig, clk clock.PassiveClock) http.H
 		}{now.Round(0), now.UnixNano()})
 	})
 	mux.HandleFunc("GET "+PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
+		if at := idle.get(); !at.IsZero() {
+			http.Error(w, "idle: its deadline passed at "+at.Format(time.RFC3339Nano)+"; sending nothing", http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET "+PathStats, func(w http.ResponseWriter, _ *http.Request) {
@@ -191,16 +212,22 @@ func StatsHandler(g *Generator, cfg RunnerConfig, clk clock.PassiveClock) http.H
 		for _, ps := range g.Pods() {
 			s.Pods = append(s.Pods, podReport(ps))
 		}
+		s.IdleSince = idle.get()
 		s.Now = clk.Now() // last: every instant above is at or before it
 		reply(w, s)
 	})
 	return mux
 }
 
-// RunRunner sends cfg.Load until ctx ends or cfg.Deadline passes on clk,
-// serving StatsHandler on cfg.StatsListen meanwhile; ready, if set, gets the
-// bound address once the deadline is armed and the endpoint listens. Passing
-// the deadline is a normal end: it returns nil.
+// RunRunner sends cfg.Load until cfg.Deadline passes on clk, serving
+// StatsHandler on cfg.StatsListen meanwhile; ready, if set, gets the bound
+// address once the deadline is armed and the endpoint listens. At the
+// deadline it stops sending and idles: /stats keeps serving the final
+// figures (IdleSince set) and /healthz answers 503, until ctx ends
+// (SIGTERM); then it returns nil. It does not exit at the deadline because
+// a runner runs in a Deployment's pod (restartPolicy Always): an exit, even
+// 0, restarts it, and a restarted runner would send again or, given an
+// instant for a deadline, refuse to start in a crash loop.
 func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready func(net.Addr)) error {
 	if err := cfg.Validate(clk.Now()); err != nil {
 		return err
@@ -209,21 +236,27 @@ func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready fun
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	gctx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
 	// The deadline is armed before anything is sent.
 	expired := clk.After(cfg.Deadline.Sub(clk.Now()))
 	ln, err := net.Listen("tcp", cfg.StatsListen)
 	if err != nil {
 		return fmt.Errorf("--stats-listen %s: %w", cfg.StatsListen, err)
 	}
-	srv := &http.Server{Handler: StatsHandler(g, cfg, clk), ReadHeaderTimeout: 5 * time.Second}
+	idle := &idleState{}
+	srv := &http.Server{Handler: statsHandler(g, cfg, clk, idle), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	generated := make(chan error, 1)
-	go func() { generated <- g.Run(ctx) }()
+	go func() { generated <- g.Run(gctx) }()
 	if ready != nil {
 		ready(ln.Addr())
+	}
+	shutdown := func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
 	}
 	var runErr error
 	select {
@@ -232,12 +265,43 @@ func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready fun
 	case runErr = <-served:
 		runErr = fmt.Errorf("stats endpoint: %w", runErr)
 	}
-	cancel()
+	stopLoad()
 	if err := <-generated; err != nil && runErr == nil {
 		runErr = err
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer scancel()
-	_ = srv.Shutdown(sctx)
+	if runErr != nil || ctx.Err() != nil {
+		shutdown()
+		return runErr
+	}
+	// Deadline passed: idle, still reporting, until told to stop.
+	at := idle.set(clk.Now())
+	if cfg.OnIdle != nil {
+		cfg.OnIdle(at)
+	}
+	select {
+	case <-ctx.Done():
+	case runErr = <-served:
+		runErr = fmt.Errorf("stats endpoint: %w", runErr)
+	}
+	shutdown()
 	return runErr
+}
+
+// idleState is when the runner went idle (zero while it sends).
+type idleState struct {
+	mu    sync.Mutex
+	since time.Time
+}
+
+func (s *idleState) set(t time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.since = t
+	return t
+}
+
+func (s *idleState) get() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.since
 }

@@ -158,15 +158,28 @@ func TestParseStatsRefusesNewer(t *testing.T) {
 	}
 }
 
-// The runner stops by itself when the deadline passes on its clock, with
-// no one telling it, and then sends nothing more and serves nothing more.
-func TestRunRunnerStopsAtDeadline(t *testing.T) {
-	clk := clocktesting.NewFakeClock(t0)
+// The runner stops sending by itself when its deadline, a duration on its
+// own clock, passes with no one telling it; then it idles: it sends nothing
+// more, /stats still serves (saying since when it is idle), /healthz
+// answers 503, and it does not return (an exit would restart its pod)
+// until its context ends, and then returns nil. Its clock is 3 h off any
+// tool's: a duration cannot be moved by skew.
+func TestRunRunnerIdlesAfterDeadline(t *testing.T) {
+	start := t0.Add(3 * time.Hour)
+	clk := clocktesting.NewFakeClock(start)
 	srv, hits := fakeProbe(t, clk, 0, func(int64) bool { return false })
-	cfg := RunnerConfig{Load: Config{URL: srv.URL, Rate: 100}, StatsListen: "127.0.0.1:0", Deadline: t0.Add(10 * time.Second)}
+	deadline, err := ParseDeadline("10s", clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	idleAt := make(chan time.Time, 1)
+	cfg := RunnerConfig{Load: Config{URL: srv.URL, Rate: 100}, StatsListen: "127.0.0.1:0", Deadline: deadline,
+		OnIdle: func(at time.Time) { idleAt <- at }}
 	addr := make(chan net.Addr, 1)
 	done := make(chan error, 1)
-	go func() { done <- RunRunner(context.Background(), cfg, clk, func(a net.Addr) { addr <- a }) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- RunRunner(ctx, cfg, clk, func(a net.Addr) { addr <- a }) }()
 	var a net.Addr
 	select {
 	case a = <-addr:
@@ -175,33 +188,63 @@ func TestRunRunnerStopsAtDeadline(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("runner not ready after 10 s")
 	}
-	eventually(t, "the first request", func() bool { return hits.Load() >= 1 })
-	resp, err := http.Get("http://" + a.String() + PathStats)
-	if err != nil {
-		t.Fatal(err)
+	get := func(path string) (int, []byte) {
+		t.Helper()
+		resp, err := http.Get("http://" + a.String() + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, body
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if s, err := ParseStats(body); err != nil || s.Sent < 1 {
+	eventually(t, "the first request", func() bool { return hits.Load() >= 1 })
+	if code, body := get(PathStats); code != 200 {
+		t.Fatalf("stats while running: %d %s", code, body)
+	} else if s, err := ParseStats(body); err != nil || s.Sent < 1 || !s.IdleSince.IsZero() {
 		t.Errorf("stats while running: %s (%v)", body, err)
 	}
+	if code, _ := get(PathHealthz); code != 200 {
+		t.Errorf("healthz while running: %d", code)
+	}
 
-	clk.SetTime(t0.Add(10*time.Second + time.Millisecond))
+	clk.SetTime(start.Add(10*time.Second + time.Millisecond))
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("RunRunner at its deadline = %v, want nil", err)
+	case at := <-idleAt:
+		if at.Before(deadline) {
+			t.Errorf("idle at %s, before the deadline %s", at, deadline)
 		}
+	case err := <-done:
+		t.Fatalf("RunRunner returned at its deadline (%v): want it idle", err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("RunRunner still running 10 s after its deadline passed")
+		t.Fatal("runner not idle 10 s after its deadline passed")
 	}
 	sent := hits.Load()
-	clk.SetTime(t0.Add(time.Minute)) // fires any pacing timer left
+	clk.SetTime(start.Add(time.Minute)) // fires any pacing timer left
 	if hits.Load() != sent {
 		t.Errorf("%d requests after the deadline", hits.Load()-sent)
 	}
-	if _, err := http.Get("http://" + a.String() + PathStats); err == nil {
-		t.Error("stats endpoint still serving after the deadline")
+	code, body := get(PathStats)
+	s, err := ParseStats(body)
+	if code != 200 || err != nil || s.IdleSince.IsZero() || s.Sent != sent {
+		t.Errorf("stats when idle: %d %s (%v): want idle_since and the %d requests sent", code, body, err, sent)
+	}
+	if code, body := get(PathHealthz); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "idle") {
+		t.Errorf("healthz when idle: %d %s, want 503 saying idle", code, body)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("RunRunner returned while idle: %v", err)
+	default:
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("RunRunner when stopped = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunRunner still running 10 s after its context ended")
 	}
 }
 

@@ -260,7 +260,12 @@ func build(choice Choice, deps Deps, t Target, opts Options) (Observer, error) {
 		return &cmdObserver{command: opts.Command, timeout: opts.Timeout, interval: opts.Interval, clock: deps.Clock}, nil
 	case KindSkipper:
 		// limit: the table is served in pages of 1024 by default
-		// (defaultRouteListingLimit in routing/routing.go).
+		// (defaultRouteListingLimit in routing/routing.go). Skipper's
+		// /routes (Routing.ServeHTTP there) knows offset, limit, nopretty
+		// and timestamp, but no filter by route or backend, and pages in
+		// table order, so the Target's routes can be anywhere: the whole
+		// table is read, within the body budget (maxBody) and the poll
+		// timeout, and each poll's size and time are measured (PollStats).
 		h.path, h.accept = "/routes?limit=1000000", "application/json"
 		h.parse = func(b []byte) ([]netip.AddrPort, error) { return upstreamsFromSkipper(b, t) }
 		h.settings = func(a [][]string) map[string]string {
@@ -275,9 +280,12 @@ func build(choice Choice, deps Deps, t Target, opts Options) (Observer, error) {
 		}
 		pods.selector, pods.port, pods.container = "app.kubernetes.io/name=ingress-nginx,app.kubernetes.io/component=controller", 10246, "controller"
 	case KindTraefik:
-		// per_page: the API pages by 100 (defaultPerPage in pkg/api/criterion.go).
+		// The Target's services by exact name when it has a port; else the
+		// list (per_page: the API pages by 100, defaultPerPage in
+		// pkg/api/criterion.go), each poll as big as the whole table.
 		h.path = "/api/http/services?per_page=100000"
 		h.parse = func(b []byte) ([]netip.AddrPort, error) { return upstreamsFromTraefik(b, t) }
+		h.named, h.parseOne, h.absent = traefikServicePaths(t), upstreamsFromTraefikService, traefikServiceAbsent
 		h.settings = func(a [][]string) map[string]string {
 			return settingsFromArgs(a, "providersThrottleDuration", "providers.providersThrottleDuration", "2s")
 		}

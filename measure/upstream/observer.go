@@ -41,6 +41,9 @@ type ReplicaUpstreams struct {
 	// read its own state somewhere in between.
 	Sent time.Time
 	At   time.Time
+	// Bytes is how much this reading took from the controller: the bodies
+	// of its responses (after any transfer decoding).
+	Bytes int64
 }
 
 // Snapshot is one poll of an observer.

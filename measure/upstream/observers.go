@@ -36,6 +36,18 @@ type httpObserver struct {
 	timeout  time.Duration // bounds a version read
 	clock    clock.PassiveClock
 
+	// named, when set, are read at each poll instead of path: the exact
+	// objects of the Target on the replica's API root (Traefik's services
+	// by name), so a poll costs the same on a 10,000-route controller as on
+	// a 10-route one. parseOne reads one object; a 404 that absent
+	// recognises means the controller holds no such object now (listing
+	// nothing), while any other 404 (a wrong URL) makes the reading blind.
+	named    []string
+	parseOne func([]byte) ([]netip.AddrPort, error)
+	absent   func(body []byte) bool
+	// bodyBudget bounds one payload; zero means maxBody.
+	bodyBudget int64
+
 	// versionPath is the controller's own version endpoint, read from each
 	// replica's origin when no image tag tells the version (replicas given
 	// by --observer-url); versionOf decodes its payload. Empty: none.
@@ -158,13 +170,25 @@ func imageTag(ref string) string {
 }
 
 // requestURL is the replica's base URL with the observer's path, unless the
-// user's URL already names a path (e.g. Skipper's ".../routes").
+// user's URL already names a path (e.g. Skipper's ".../routes"). A URL that
+// names the observer's own path without a query gets the observer's query:
+// Skipper serves http://h:9911/routes in pages of 1,024 routes unless told
+// a limit, so on a big table the probe's routes would be on a page never
+// read and the run would wait for them in vain.
 func (o *httpObserver) requestURL(base string) string {
 	u, err := url.Parse(base)
-	if err != nil || (u.Path != "" && u.Path != "/") {
+	if err != nil {
 		return base
 	}
-	return strings.TrimRight(base, "/") + o.path
+	if u.Path == "" || u.Path == "/" {
+		return strings.TrimRight(base, "/") + o.path
+	}
+	path, query, _ := strings.Cut(o.path, "?")
+	if query != "" && u.RawQuery == "" && strings.TrimRight(u.Path, "/") == path {
+		u.Path, u.RawQuery = path, query
+		return u.String()
+	}
+	return base
 }
 
 func (o *httpObserver) Poll(ctx context.Context) (Snapshot, error) {
@@ -190,36 +214,31 @@ func (o *httpObserver) Poll(ctx context.Context) (Snapshot, error) {
 }
 
 // read fetches and parses one replica's payload; At is stamped when the whole
-// body has arrived, before parsing.
+// body has arrived, before parsing. With named paths it reads each object
+// one after another (Sent before the first, At after the last) and lists
+// the union: the controller's view lies somewhere in that bracket.
 func (o *httpObserver) read(ctx context.Context, ep endpoint) ReplicaUpstreams {
 	r := ReplicaUpstreams{Replica: ep.Replica}
-	u := o.requestURL(ep.BaseURL)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		r.Err = fmt.Errorf("%s replica %s: %w", o.kind, ep.Replica, err)
-		return r
-	}
-	if o.accept != "" {
-		req.Header.Set("Accept", o.accept)
-	}
-	r.Sent = o.clock.Now()
-	resp, err := o.client.Do(req)
-	var body []byte
-	if err == nil {
-		body, err = io.ReadAll(io.LimitReader(resp.Body, maxBody))
-		resp.Body.Close()
-	}
-	r.At = o.clock.Now()
 	hint := ""
 	if ep.Hint != "" {
 		hint = " (" + ep.Hint + ")"
 	}
-	if err != nil {
-		r.Err = fmt.Errorf("%s replica %s: GET %s: %w%s", o.kind, ep.Replica, u, err, hint)
+	r.Sent = o.clock.Now()
+	if len(o.named) > 0 {
+		r.Upstreams, r.Bytes, r.Err = o.readNamed(ctx, ep, hint)
+		r.At = o.clock.Now()
 		return r
 	}
-	if resp.StatusCode != http.StatusOK {
-		r.Err = fmt.Errorf("%s replica %s: GET %s: %s: %s%s", o.kind, ep.Replica, u, resp.Status, firstLine(body), hint)
+	u := o.requestURL(ep.BaseURL)
+	body, status, err := o.get(ctx, u)
+	r.At = o.clock.Now()
+	r.Bytes = int64(len(body))
+	switch {
+	case err != nil:
+		r.Err = fmt.Errorf("%s replica %s: GET %s: %w%s", o.kind, ep.Replica, u, err, hint)
+		return r
+	case status != http.StatusOK:
+		r.Err = fmt.Errorf("%s replica %s: GET %s: %d %s: %s%s", o.kind, ep.Replica, u, status, http.StatusText(status), firstLine(body), hint)
 		return r
 	}
 	r.Upstreams, err = o.parse(body)
@@ -227,6 +246,66 @@ func (o *httpObserver) read(ctx context.Context, ep endpoint) ReplicaUpstreams {
 		r.Err = fmt.Errorf("%s replica %s: %w", o.kind, ep.Replica, err)
 	}
 	return r
+}
+
+// readNamed reads each of o.named on the replica's API root and merges what
+// they list. An object the controller does not have (absent) lists nothing;
+// any other failure makes the whole reading blind.
+func (o *httpObserver) readNamed(ctx context.Context, ep endpoint, hint string) ([]netip.AddrPort, int64, error) {
+	var out []netip.AddrPort
+	var n int64
+	for _, p := range o.named {
+		u := versionURL(ep.BaseURL, p)
+		if u == "" {
+			return nil, n, fmt.Errorf("%s replica %s: %q is not a URL with a host", o.kind, ep.Replica, ep.BaseURL)
+		}
+		body, status, err := o.get(ctx, u)
+		n += int64(len(body))
+		switch {
+		case err != nil:
+			return nil, n, fmt.Errorf("%s replica %s: GET %s: %w%s", o.kind, ep.Replica, u, err, hint)
+		case status == http.StatusNotFound && o.absent != nil && o.absent(body):
+			continue
+		case status != http.StatusOK:
+			return nil, n, fmt.Errorf("%s replica %s: GET %s: %d %s: %s%s", o.kind, ep.Replica, u, status, http.StatusText(status), firstLine(body), hint)
+		}
+		ups, err := o.parseOne(body)
+		if err != nil {
+			return nil, n, fmt.Errorf("%s replica %s: GET %s: %w", o.kind, ep.Replica, u, err)
+		}
+		out = append(out, ups...)
+	}
+	return dedup(out), n, nil
+}
+
+// get reads one payload within the body budget (maxBody): a payload past
+// it is an error that says so, never a silently cut table.
+func (o *httpObserver) get(ctx context.Context, u string) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	if o.accept != "" {
+		req.Header.Set("Accept", o.accept)
+	}
+	resp, err := o.client.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	budget := o.bodyBudget
+	if budget <= 0 {
+		budget = maxBody
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, budget+1))
+	if err != nil {
+		return body, resp.StatusCode, err
+	}
+	if int64(len(body)) > budget {
+		return body, resp.StatusCode, fmt.Errorf("payload over the observer's %d-byte budget: point --%s at a narrower endpoint or use --%s %s",
+			budget, FlagObserverURL, FlagObserver, KindCmd)
+	}
+	return body, resp.StatusCode, nil
 }
 
 func firstLine(b []byte) string {

@@ -303,21 +303,83 @@ func upstreamsFromTraefik(body []byte, t Target) ([]netip.AddrPort, error) {
 	}
 	var out []netip.AddrPort
 	for _, s := range services {
-		if s.LoadBalancer == nil || !traefikServiceMatches(s.Name, t) {
+		if !traefikServiceMatches(s.Name, t) {
 			continue
 		}
-		for _, srv := range s.LoadBalancer.Servers {
-			if srv.Fenced || s.ServerStatus[srv.URL] == "DOWN" {
-				continue
-			}
-			ap, err := addrFromURL(srv.URL)
-			if err != nil {
-				return nil, fmt.Errorf("traefik service %s: %w", s.Name, err)
-			}
-			out = append(out, ap)
+		ups, err := traefikServers(s)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, ups...)
 	}
 	return dedup(out), nil
+}
+
+// traefikServers are the servers of one service that take new requests.
+func traefikServers(s traefikService) ([]netip.AddrPort, error) {
+	if s.LoadBalancer == nil {
+		return nil, nil
+	}
+	var out []netip.AddrPort
+	for _, srv := range s.LoadBalancer.Servers {
+		if srv.Fenced || s.ServerStatus[srv.URL] == "DOWN" {
+			continue
+		}
+		ap, err := addrFromURL(srv.URL)
+		if err != nil {
+			return nil, fmt.Errorf("traefik service %s: %w", s.Name, err)
+		}
+		out = append(out, ap)
+	}
+	return dedup(out), nil
+}
+
+// traefikServiceNames are the exact names (with "@provider") under which
+// Traefik's Kubernetes providers would serve the Target, one per provider
+// that reads the Target's kind of route (traefikServiceStem), or nil when
+// the Target has no port number: a name then cannot be built, and the
+// observer reads the whole list.
+func traefikServiceNames(t Target) []string {
+	if t.Port == 0 {
+		return nil
+	}
+	var out []string
+	for _, p := range []string{traefikProviderIngress, traefikProviderIngressNGINX, traefikProviderGateway} {
+		if stem := traefikServiceStem(p, t); stem != "" {
+			out = append(out, stem+"-"+strconv.Itoa(int(t.Port))+"@"+p)
+		}
+	}
+	return out
+}
+
+// traefikServicePaths are the API paths of traefikServiceNames: GET
+// /api/http/services/{serviceID} (getService in pkg/api/handler_http.go)
+// answers one serviceRepresentation, so each poll's cost does not grow
+// with the controller's other services. "@" needs no escaping in a path.
+func traefikServicePaths(t Target) []string {
+	var out []string
+	for _, n := range traefikServiceNames(t) {
+		out = append(out, "/api/http/services/"+url.PathEscape(n))
+	}
+	return out
+}
+
+// traefikServiceAbsent recognises getService's own 404 for a name it does
+// not hold: writeError's {"message":"service not found: <name>"}
+// (pkg/api/handler_http.go, pkg/api/handler.go). A 404 without it (a
+// wrong --observer-url: mux's "404 page not found") is no answer.
+func traefikServiceAbsent(body []byte) bool {
+	return bytes.Contains(body, []byte("service not found"))
+}
+
+// upstreamsFromTraefikService reads one service of GET
+// /api/http/services/{name}, with the rules of upstreamsFromTraefik.
+func upstreamsFromTraefikService(body []byte) ([]netip.AddrPort, error) {
+	var s traefikService
+	if err := json.Unmarshal(body, &s); err != nil {
+		return nil, fmt.Errorf("decode traefik /api/http/services/{name}: %w", err)
+	}
+	return traefikServers(s)
 }
 
 // traefikVersion reads Traefik's GET /api/version: the anonymous struct of

@@ -132,6 +132,13 @@ func (s *podSource) list(ctx context.Context) ([]corev1.Pod, error) {
 	slices.SortFunc(pods, func(a, b corev1.Pod) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
+	// Found in all namespaces but all in one: later re-lists ask only that
+	// namespace, so a long run does not list a big cluster's pods (even
+	// filtered by labels, a cluster-wide list costs the API server every
+	// namespace) every refresh.
+	if s.namespace == "" && !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Namespace != pods[0].Namespace }) {
+		s.namespace = pods[0].Namespace
+	}
 	s.pods, s.listedAt = pods, s.now()
 	return pods, nil
 }

@@ -89,6 +89,13 @@ func traefikPayload(all []string, fenced ...string) string {
 	return `[{"loadBalancer":{"servers":[` + strings.Join(srv, ",") + `]},"status":"enabled","name":"epwindow-epwindow-probe-80@kubernetes","provider":"kubernetes"}]`
 }
 
+// traefikServicePayload is one service as GET /api/http/services/{name}
+// answers it (getService in pkg/api/handler_http.go).
+func traefikServicePayload(all []string, fenced ...string) string {
+	list := traefikPayload(all, fenced...)
+	return strings.TrimSuffix(strings.TrimPrefix(list, "["), "]")
+}
+
 // envoyPayload lists every address; those in draining are DRAINING, as Envoy
 // Gateway keeps terminating endpoints.
 func envoyPayload(all []string, draining ...string) string {
@@ -142,7 +149,9 @@ func TestPollingRemovalWithinOneInterval(t *testing.T) {
 	}{
 		{KindNginx, nginxPayload(drop, keep), nginxPayload(keep), "/configuration/backends "},
 		{KindSkipper, skipperPayload(drop, keep), skipperPayload(keep), "/routes?limit=1000000 application/json"},
-		{KindTraefik, traefikPayload([]string{drop, keep}), traefikPayload([]string{drop, keep}, drop), "/api/http/services?per_page=100000 "},
+		// Traefik is read by exact service name (every name gets this
+		// fake's one service; TestTraefikByName serves them apart).
+		{KindTraefik, traefikServicePayload([]string{drop, keep}), traefikServicePayload([]string{drop, keep}, drop), "/api/http/services/epwindow-epwindow-probe-80@kubernetes "},
 		{KindEnvoy, envoyPayload([]string{drop, keep}), envoyPayload([]string{drop, keep}, drop), "/clusters?format=json "},
 	} {
 		t.Run(tc.kind, func(t *testing.T) {

@@ -136,9 +136,11 @@ type Tracker struct {
 	pollErr  error // the latest poll's observer-wide error
 	polls    int
 	updated  chan struct{} // closed and replaced at each new snapshot
+	log      pollLog
+	notify   func(string)
 }
 
-// NewTracker tracks obs, polling every obs.Resolution() on clk (nil: the
+// NewTracker tracks obs, polling every obs.Resolution() (its interval) on clk (nil: the
 // real clock); each poll is bounded by timeout (zero: the interval, at least
 // 1 s).
 func NewTracker(obs Observer, clk clock.WithTicker, timeout time.Duration) *Tracker {
@@ -165,9 +167,11 @@ func NewTracker(obs Observer, clk clock.WithTicker, timeout time.Duration) *Trac
 func (t *Tracker) Observer() Observer { return t.obs }
 
 // Run polls at once and then every interval until ctx ends; it returns nil
-// then. Polls never overlap: a tick that comes while a poll is running is
-// dropped, so a slow controller stretches the resolution, which shows in the
-// readings' stamps.
+// then. Polls never overlap, and a poll that takes longer than the interval
+// is followed by a pause as long as it took (nextPoll), reported through
+// the notify function (SetNotify): a struggling controller is read less
+// often, never harder, and the coarser resolution shows in the readings'
+// stamps, in Stats and in every removal's Resolution.
 func (t *Tracker) Run(ctx context.Context) error {
 	if _, ok := t.obs.(noneObserver); ok {
 		<-ctx.Done()
@@ -176,7 +180,63 @@ func (t *Tracker) Run(ctx context.Context) error {
 	tick := t.clock.NewTicker(t.interval)
 	defer tick.Stop()
 	for {
-		t.pollOnce(ctx)
+		start := t.clock.Now()
+		snap, ok := t.pollOnce(ctx)
+		if !ok {
+			return nil
+		}
+		if !snap.Sent.IsZero() {
+			start = snap.Sent
+		}
+		next, overrun := nextPoll(start, snap.At.Sub(start), t.interval)
+		var bytes int64
+		for _, r := range snap.Replicas {
+			bytes += r.Bytes
+		}
+		stretched := false
+		if gap := budgetGap(bytes); gap > next.Sub(start) {
+			next, stretched = start.Add(gap), true
+			t.mu.Lock()
+			t.log.gap = max(t.log.gap, gap)
+			t.log.stretched++
+			first := t.log.stretched == 1
+			notify := t.notify
+			t.mu.Unlock()
+			if first && notify != nil {
+				notify(fmt.Sprintf("%s observer: a poll reads %d kB; to stay within %d kB/s it polls every %s, not every %s",
+					t.obs.Name(), bytes/1000, ByteBudget/1000, gap.Round(time.Millisecond), t.interval))
+			}
+		}
+		if overrun {
+			t.mu.Lock()
+			notify := t.notify
+			t.mu.Unlock()
+			if notify != nil {
+				notify(fmt.Sprintf("%s observer: a poll took %s, longer than the %s interval; the next waits %s (no polls stacked on the controller)",
+					t.obs.Name(), snap.At.Sub(start).Round(time.Millisecond), t.interval, next.Sub(snap.At).Round(time.Millisecond)))
+			}
+		}
+		if overrun || stretched {
+			// The pause is measured from the poll's own stamps, so a
+			// clock that moved on meanwhile shortens it (down to none);
+			// the tick that came during the poll or the pause is dropped.
+			if wait := next.Sub(t.clock.Now()); wait > 0 {
+				timer := t.clock.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return nil
+				case <-timer.C():
+				}
+			}
+			select {
+			case <-tick.C():
+			default:
+			}
+			continue
+		}
+		// Within the interval: the ticker keeps the cadence, and drops
+		// ticks that come while a poll runs.
 		select {
 		case <-ctx.Done():
 			return nil
@@ -185,14 +245,39 @@ func (t *Tracker) Run(ctx context.Context) error {
 	}
 }
 
-func (t *Tracker) pollOnce(ctx context.Context) {
+// SetNotify sets the function told when a poll overran the interval and
+// the tracker backed off (measure reports it as progress).
+func (t *Tracker) SetNotify(f func(string)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.notify = f
+}
+
+// Stats is what the polls so far cost and resolve.
+func (t *Tracker) Stats() PollStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.log.stats(t.interval)
+}
+
+// pollOnce polls under the timeout and feeds the result to Add; false when
+// ctx ended (an aborted poll is no reading).
+func (t *Tracker) pollOnce(ctx context.Context) (Snapshot, bool) {
 	pctx, cancel := context.WithTimeout(ctx, t.timeout)
+	start := t.clock.Now()
 	snap, err := t.obs.Poll(pctx)
 	cancel()
 	if ctx.Err() != nil {
-		return // shutting down: an aborted poll is no reading
+		return snap, false
+	}
+	if snap.Sent.IsZero() {
+		snap.Sent = start
+	}
+	if snap.At.IsZero() {
+		snap.At = t.clock.Now()
 	}
 	t.Add(snap, err)
+	return snap, true
 }
 
 // Add feeds one poll's result into the tracker; Run calls it. A non-nil err
@@ -203,6 +288,11 @@ func (t *Tracker) Add(snap Snapshot, err error) {
 	defer t.mu.Unlock()
 	t.polls++
 	t.latest, t.pollErr = snap, err
+	var bytes int64
+	for _, r := range snap.Replicas {
+		bytes += r.Bytes
+	}
+	t.log.add(snap.Sent, snap.At, bytes, snap.At.Sub(snap.Sent) > t.interval)
 	read := map[string]bool{}
 	for _, r := range snap.Replicas {
 		t.replicas[r.Replica] = true
@@ -269,6 +359,7 @@ func matches(q, listed netip.AddrPort) bool {
 func (t *Tracker) Removals(addr netip.AddrPort) []Removal {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	res := t.log.stats(t.interval).Resolution()
 	byRep := map[string]*Removal{}
 	pending := map[string]bool{}
 	for k, p := range t.state {
@@ -277,7 +368,7 @@ func (t *Tracker) Removals(addr netip.AddrPort) []Removal {
 		}
 		r := byRep[k.replica]
 		if r == nil {
-			r = &Removal{Observer: t.obs.Name(), Replica: k.replica, Resolution: t.interval}
+			r = &Removal{Observer: t.obs.Name(), Replica: k.replica, Resolution: res}
 			byRep[k.replica] = r
 		}
 		// Several listed entries can match (port 0): the address is routed
@@ -311,6 +402,7 @@ func (t *Tracker) Removals(addr netip.AddrPort) []Removal {
 func (t *Tracker) Appearances(addr netip.AddrPort) []Appearance {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	res := t.log.stats(t.interval).Resolution()
 	byRep := map[string]*Appearance{}
 	for k, p := range t.state {
 		if !matches(addr, k.addr) {
@@ -318,7 +410,7 @@ func (t *Tracker) Appearances(addr netip.AddrPort) []Appearance {
 		}
 		a := byRep[k.replica]
 		if a == nil {
-			a = &Appearance{Observer: t.obs.Name(), Replica: k.replica, Resolution: t.interval,
+			a = &Appearance{Observer: t.obs.Name(), Replica: k.replica, Resolution: res,
 				LastAbsent: p.lastAbsent, FirstPresent: p.firstPresent}
 			byRep[k.replica] = a
 			continue

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,8 +28,8 @@ var Controllers = []string{
 	"root-ca-certificate-publisher-controller",
 }
 
-func controllerManagerArgs(p *PKI, kubeconfig string, batchPeriod time.Duration) []string {
-	return []string{
+func controllerManagerArgs(p *PKI, kubeconfig string, batchPeriod time.Duration, maxPerSlice int) []string {
+	args := []string{
 		"--kubeconfig=" + kubeconfig,
 		"--controllers=" + strings.Join(Controllers, ","),
 		"--leader-elect=false",
@@ -41,6 +42,13 @@ func controllerManagerArgs(p *PKI, kubeconfig string, batchPeriod time.Duration)
 		// (pkg/controller/endpointslice/endpointslice_controller.go).
 		"--endpointslice-updates-batch-period=" + batchPeriod.String(),
 	}
+	if maxPerSlice > 0 {
+		// How many endpoints one slice holds before the controller starts
+		// another (pkg/controller/endpointslice/config: 1 to 1000, default
+		// 100): production Services span many slices.
+		args = append(args, "--max-endpoints-per-slice="+strconv.Itoa(maxPerSlice))
+	}
+	return args
 }
 
 // runControllerManager runs kube-controller-manager's Run with the given

@@ -29,6 +29,10 @@ type Config struct {
 	// BatchPeriod is kube-controller-manager's
 	// --endpointslice-updates-batch-period (0 = the Kubernetes default).
 	BatchPeriod time.Duration
+	// MaxEndpointsPerSlice is kube-controller-manager's
+	// --max-endpoints-per-slice (0 = the Kubernetes default, 100): small
+	// values spread a Service over many slices with few pods.
+	MaxEndpointsPerSlice int
 }
 
 // ControlPlane is a running etcd + kube-apiserver + kube-controller-manager +
@@ -139,7 +143,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 	}
 	cp.goRun("kube-controller-manager", func() error {
 		lctx := klog.NewContext(runCtx, textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(kcmLog))))
-		return runControllerManager(lctx, controllerManagerArgs(cp.PKI, cp.Kubeconfig, cfg.BatchPeriod))
+		return runControllerManager(lctx, controllerManagerArgs(cp.PKI, cp.Kubeconfig, cfg.BatchPeriod, cfg.MaxEndpointsPerSlice))
 	})
 	cp.goRun("kube-scheduler", func() error {
 		lctx := klog.NewContext(runCtx, textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(schedLog))))

@@ -76,9 +76,15 @@ func TestAPIServerArgs(t *testing.T) {
 	if err != nil || !n.Contains(net.ParseIP("10.96.0.1")) {
 		t.Errorf("service range %s does not hold 10.96.0.1 (%v)", ServiceClusterIPRange, err)
 	}
-	kcm := controllerManagerArgs(p, "/k", 750*time.Millisecond)
+	kcm := controllerManagerArgs(p, "/k", 750*time.Millisecond, 0)
 	if !slices.Contains(kcm, "--endpointslice-updates-batch-period=750ms") {
 		t.Errorf("controller-manager args %q lack the batch period", kcm)
+	}
+	if slices.ContainsFunc(kcm, func(a string) bool { return strings.HasPrefix(a, "--max-endpoints-per-slice") }) {
+		t.Errorf("controller-manager args %q set --max-endpoints-per-slice though 0 means the default", kcm)
+	}
+	if kcm5 := controllerManagerArgs(p, "/k", 0, 5); !slices.Contains(kcm5, "--max-endpoints-per-slice=5") {
+		t.Errorf("controller-manager args %q lack --max-endpoints-per-slice=5", kcm5)
 	}
 	if i := slices.IndexFunc(kcm, func(a string) bool { return strings.HasPrefix(a, "--controllers=") }); i < 0 ||
 		!strings.Contains(kcm[i], "endpointslice-controller") {

@@ -13,6 +13,7 @@ import (
 
 const usage = `usage: epwindow-local up --dir DIR [--nodes 2] [--batch-period 0s] [--ingress-poll 3s]
        [--proxy-mode nftables|iptables|none] [--proxy-min-sync-period 1s]
+       [--max-endpoints-per-slice 100] [--ballast SERVICES[xENDPOINTS]] [--churn RATE]
 
 Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the node
 agent, kube-proxy and Skipper; prints "READY kubeconfig=... ingress=... routes=..." on

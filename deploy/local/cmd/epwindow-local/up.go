@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -35,7 +36,14 @@ const (
 	flagProxySync   = "proxy-min-sync-period"
 	flagIngress     = "ingress"
 	flagThrottle    = "traefik-throttle"
+	flagMaxPerSlice = "max-endpoints-per-slice"
+	flagBallast     = "ballast"
+	flagChurn       = "churn"
 )
+
+// maxChurn bounds --churn: more slice writes a second than this machine's
+// control plane should be asked to absorb next to a measurement.
+const maxChurn = 100
 
 // The data planes `up --ingress` runs.
 const (
@@ -56,6 +64,9 @@ type upConfig struct {
 	ProxySync   time.Duration // kube-proxy's minSyncPeriod (0: its default)
 	Ingress     string        // skipper, traefik or all
 	Throttle    time.Duration // Traefik's providersThrottleDuration
+	MaxPerSlice int           // --max-endpoints-per-slice (0: the default, 100)
+	Ballast     ballastSpec   // extra Services (zero: none)
+	Churn       float64       // ballast endpoint changes a second (0: none)
 }
 
 func (c upConfig) skipper() bool { return c.Ingress != ingressTraefik }
@@ -75,7 +86,14 @@ func parseUp(args []string) (upConfig, error) {
 	fs.DurationVar(&c.ProxySync, flagProxySync, 0, "kube-proxy's minSyncPeriod, the least time between two syncs of its rules (0: kube-proxy's default, 1s)")
 	fs.StringVar(&c.Ingress, flagIngress, ingressSkipper, "the data planes to run: skipper, traefik (its Ingress, Gateway API and ingress-nginx providers) or all")
 	fs.DurationVar(&c.Throttle, flagThrottle, 2*time.Second, "Traefik's providersThrottleDuration: the least time between two configurations a provider hands to the router (0: none)")
+	fs.IntVar(&c.MaxPerSlice, flagMaxPerSlice, 0, "kube-controller-manager's --max-endpoints-per-slice, 1 to 1000 (0: its default, 100)")
+	ballast := fs.String(flagBallast, "", "SERVICES[xENDPOINTS]: extra selector-less Services with ENDPOINTS (default 5) addresses no pod holds, each with an Ingress of the running class")
+	fs.Float64Var(&c.Churn, flagChurn, 0, "ballast endpoint readiness changes a second, written steadily while the cluster runs (needs --ballast)")
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.Ballast, err = parseBallast(*ballast); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
@@ -130,6 +148,15 @@ func (c *upConfig) validate() error {
 	}
 	if c.Throttle < 0 {
 		return fmt.Errorf("--%s (%s) must not be negative", flagThrottle, c.Throttle)
+	}
+	if c.MaxPerSlice < 0 || c.MaxPerSlice > 1000 {
+		return fmt.Errorf("--%s (%d) must be between 1 and 1000 (0: the default, 100)", flagMaxPerSlice, c.MaxPerSlice)
+	}
+	if c.Churn < 0 || c.Churn > maxChurn {
+		return fmt.Errorf("--%s (%g) must be between 0 and %d changes a second", flagChurn, c.Churn, maxChurn)
+	}
+	if c.Churn > 0 && c.Ballast.Services == 0 {
+		return fmt.Errorf("--%s needs --%s: it changes the ballast's endpoints", flagChurn, flagBallast)
 	}
 	if c.ProxyMode != kubeproxy.ModeNone && c.Nodes == 0 {
 		return fmt.Errorf("--%s %s needs at least one node (--%s)", flagProxyMode, c.ProxyMode, flagNodes)
@@ -208,7 +235,7 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 		return err
 	}
 
-	cp, err := controlplane.Start(ctx, controlplane.Config{Dir: cfg.Dir, BatchPeriod: cfg.BatchPeriod})
+	cp, err := controlplane.Start(ctx, controlplane.Config{Dir: cfg.Dir, BatchPeriod: cfg.BatchPeriod, MaxEndpointsPerSlice: cfg.MaxPerSlice})
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
 	}
@@ -223,6 +250,7 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 	log.Info("nodes ready", "nodes", cfg.Nodes, "after", time.Since(start))
 
 	var proxyDone <-chan struct{} // nil, never ready, without kube-proxy
+	var proxyMetrics string
 	if cfg.ProxyMode != kubeproxy.ModeNone {
 		kp, stop, err := startServices(ctx, cfg, cp, nodes)
 		if err != nil {
@@ -233,11 +261,14 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 				retErr = errors.Join(retErr, err)
 			}
 		}()
-		proxyDone = kp.Done()
+		proxyDone, proxyMetrics = kp.Done(), kp.MetricsURL
 		log.Info("kube-proxy ready", "mode", cfg.ProxyMode, "pid", kp.PID(), "metrics", kp.MetricsURL, "after", time.Since(start))
 	}
 
 	ready := []string{"kubeconfig=" + cp.Kubeconfig}
+	if proxyMetrics != "" {
+		ready = append(ready, "kube-proxy-metrics="+proxyMetrics)
+	}
 	var skipperDone, traefikDone <-chan struct{} // nil, never ready, when not run
 	var skipperErr, traefikErr func() error
 	if cfg.skipper() {
@@ -265,6 +296,25 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 		ready = append(ready, "traefik="+tr.URL, "traefik-api="+tr.APIURL, "gateway="+gw)
 		log.Info("traefik ready", "pid", tr.PID(), "gateway", gw, "after", time.Since(start))
 	}
+	var churnErr <-chan error // nil, never ready, without --churn
+	var churned atomic.Int64
+	if b := cfg.Ballast; b.Services > 0 {
+		if err := startBallast(ctx, cfg, cp, ready, log); err != nil {
+			return err
+		}
+		log.Info("ballast ready", "ballast", b.String(), "after", time.Since(start))
+		ready = append(ready, "ballast="+b.String())
+		if cfg.Churn > 0 {
+			c, err := ballastClient(cp.RestConfig)
+			if err != nil {
+				return err
+			}
+			ch := make(chan error, 1)
+			churnErr = ch
+			go func() { ch <- churn(ctx, c, b, cfg.Churn, &churned) }()
+			defer func() { log.Info("churn", "changes", churned.Load()) }()
+		}
+	}
 	log.Info("ready", "after", time.Since(start))
 	fmt.Fprintf(stdout, "READY %s\n", strings.Join(ready, " "))
 	if f, ok := stdout.(*os.File); ok {
@@ -285,7 +335,49 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 		return fmt.Errorf("traefik exited (see traefik.log): %v", traefikErr())
 	case <-proxyDone:
 		return errors.New("kube-proxy exited (see kube-proxy.log)")
+	case err := <-churnErr:
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
+}
+
+// startBallast creates the ballast with the running data plane's class and
+// waits until Skipper (when it runs) routes every ballast Ingress, so that
+// READY means the table has its production size.
+func startBallast(ctx context.Context, cfg upConfig, cp *controlplane.ControlPlane, ready []string, log *slog.Logger) error {
+	c, err := ballastClient(cp.RestConfig)
+	if err != nil {
+		return err
+	}
+	class := skipperClass
+	if !cfg.skipper() {
+		class = traefikClass
+	}
+	t0 := time.Now()
+	if err := createBallast(ctx, c, cfg.Ballast, class, func(n int) {
+		log.Info("ballast", "services", n, "after", time.Since(t0))
+	}); err != nil {
+		return fmt.Errorf("--%s: %w", flagBallast, err)
+	}
+	log.Info("ballast created", "services", cfg.Ballast.Services, "after", time.Since(t0))
+	if !cfg.skipper() {
+		return nil
+	}
+	var routes string
+	for _, r := range ready {
+		if v, ok := strings.CutPrefix(r, "routes="); ok {
+			routes = v
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if err := waitSkipperRoutes(wctx, routes, cfg.Ballast.Services); err != nil {
+		return fmt.Errorf("--%s: %w", flagBallast, err)
+	}
+	log.Info("ballast routed by skipper", "services", cfg.Ballast.Services, "after", time.Since(t0))
+	return nil
 }
 
 func startSkipper(ctx context.Context, cfg upConfig, cp *controlplane.ControlPlane) (*skipper.Skipper, error) {

@@ -22,6 +22,10 @@ func TestParseUp(t *testing.T) {
 	if c.ProxyMode != "iptables" || c.ProxySync != 4*time.Second || c.Nodes != 3 {
 		t.Errorf("set: %+v", c)
 	}
+	c, err = parseUp([]string{"--dir", "/d", "--bin-dir", "/b", "--max-endpoints-per-slice", "5", "--ballast", "2000x5", "--churn", "2"})
+	if err != nil || c.MaxPerSlice != 5 || c.Ballast != (ballastSpec{2000, 5}) || c.Churn != 2 {
+		t.Errorf("production shape: %+v, %v", c, err)
+	}
 	for _, tt := range []struct {
 		ingress          string
 		skipper, traefik bool
@@ -59,6 +63,11 @@ func TestParseUpRejects(t *testing.T) {
 		{[]string{"--dir", "/d", "extra"}, "unexpected"},
 		{[]string{"--dir", "/d", "--ingress", "nginx"}, "--ingress"},
 		{[]string{"--dir", "/d", "--traefik-throttle", "-1s"}, "--traefik-throttle"},
+		{[]string{"--dir", "/d", "--max-endpoints-per-slice", "1001"}, "--max-endpoints-per-slice"},
+		{[]string{"--dir", "/d", "--max-endpoints-per-slice", "-1"}, "--max-endpoints-per-slice"},
+		{[]string{"--dir", "/d", "--ballast", "2000y5"}, "--ballast"},
+		{[]string{"--dir", "/d", "--churn", "5"}, "--churn needs --ballast"},
+		{[]string{"--dir", "/d", "--ballast", "10", "--churn", "1000"}, "--churn"},
 	} {
 		_, err := parseUp(append(tt.args, "--bin-dir", "/b"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// apiCounter counts the requests a run sends to the API server, by kind,
+// at the transport (rest.Config.Wrap), so every client built from the
+// config afterwards is counted: the footprint of a run on a production
+// control plane.
+type apiCounter struct {
+	total, watches, lists, writes atomic.Int64
+}
+
+func (a *apiCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		a.total.Add(1)
+		switch {
+		case r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1":
+			a.watches.Add(1)
+		case r.Method == http.MethodGet && r.URL.Query().Has("labelSelector"), r.Method == http.MethodGet && r.URL.Query().Has("limit"):
+			a.lists.Add(1)
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			a.writes.Add(1)
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// footprint prints what the run cost: API requests in total, per trial
+// and per minute, and this process's peak RSS and CPU time.
+func footprint(w io.Writer, a *apiCounter, trials int, elapsed time.Duration) {
+	n := a.total.Load()
+	perTrial := "n/a"
+	if trials > 0 {
+		perTrial = fmt.Sprintf("%.1f", float64(n)/float64(trials))
+	}
+	perMin := 0.0
+	if elapsed > 0 {
+		perMin = float64(n) / elapsed.Minutes()
+	}
+	fmt.Fprintf(w, "footprint: %d API requests (%d watches, %d lists, %d writes), %s per trial, %.0f per minute over %s",
+		n, a.watches.Load(), a.lists.Load(), a.writes.Load(), perTrial, perMin, elapsed.Round(time.Second))
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		// Linux reports ru_maxrss in KiB (getrusage(2)).
+		fmt.Fprintf(w, "; peak RSS %.0f MiB, CPU %s", float64(ru.Maxrss)/1024, cpu.Round(10*time.Millisecond))
+	}
+	fmt.Fprintln(w)
+}

@@ -1,0 +1,18 @@
+package measure
+
+import (
+	"github.com/epwindow/epwindow/measure/upstream"
+	"github.com/epwindow/epwindow/results"
+)
+
+// headerObserver is the results header's account of the observer: its
+// resolution is the interval plus the p99 poll time of the polls made up
+// to steady state, since a change can land just after a poll's request
+// reached the controller and show only in the next poll's answer.
+func headerObserver(obs upstream.Observer, st upstream.PollStats, settings map[string]string) results.Observer {
+	return results.Observer{
+		Name: obs.Name(), ResolutionNS: int64(st.Resolution()), Settings: settings,
+		IntervalNS: int64(st.Interval), Polls: st.Polls, Overruns: st.Overruns,
+		PollP99NS: int64(st.P99), PollMaxNS: int64(st.Max), BytesPerMinute: st.BytesPerMinute(),
+	}
+}
