@@ -163,6 +163,10 @@ bench: build cluster
 
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.
-# TRIALS=20 POLL=1s make demo to change the run.
-demo: deps build cluster-skipper
+# TRIALS=20 POLL=1s make demo to change the run. Before a first build it
+# says how long that takes on this machine (hack/build-estimate.sh).
+.PHONY: build-estimate
+build-estimate:
+	@MAKE='$(MAKE)' hack/build-estimate.sh
+demo: build-estimate deps build cluster-skipper
 	CNI_BIN_DIR=$(CNI_BIN_DIR) hack/demo.sh
