@@ -286,7 +286,7 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 	h := &results.Header{
 		Kind: results.KindHeader, Schema: results.SchemaVersion, ToolVersion: cfg.ToolVersion,
 		StartedAt: cfg.Clock.Now(), ServerVersion: serverVersion, Cluster: cfg.ClusterName,
-		Ingress: results.Ingress{Class: cfg.IngressClass, Controller: choice.Controller, Settings: obs.Settings(ctx)},
+		Ingress: results.Ingress{Class: cfg.IngressClass, Settings: obs.Settings(ctx)},
 		Mode:    string(cfg.Mode), Namespace: r.ns, Replicas: int(cfg.Replicas), Rate: cfg.Rate, Keepalive: cfg.KeepAlive,
 		DrainNS: int64(cfg.Drain), DeregistrationDelayNS: int64(cfg.DeregistrationDelay), Flags: cfg.Flags, HoldNS: int64(cfg.PreStopSleep + cfg.Hold),
 		InClusterLoad: cfg.InClusterLoad, InClusterRate: cfg.InClusterRate,
@@ -296,9 +296,11 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		h.Route = results.Route{Kind: results.RouteKindHTTPRoute, Gateway: r.gateway.Ref.String(),
 			GatewayClass: r.gateway.Class, Controller: r.gateway.Controller}
 	}
+	version := ""
 	if v, ok := obs.(upstream.Versioner); ok {
-		h.Ingress.Version = v.Version(ctx)
+		version = v.Version(ctx)
 	}
+	h.Ingress.Controller, h.Ingress.Version, h.Ingress.VersionNote = controllerOf(choice, version)
 	if obs.Name() != upstream.KindNone {
 		h.Observers = []results.Observer{headerObserver(obs, r.tracker.Stats(), obs.Settings(ctx))}
 	}
@@ -341,4 +343,19 @@ func newDeleter(cfg Config) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("client for the trials' DELETE: %w", err)
 	}
 	return c, nil
+}
+
+// controllerOf names the results header's controller: the IngressClass's
+// or GatewayClass's controller when one was read, else the one the
+// observer reads (an explicit --observer reads no class, and the header
+// said only "class skipper"); and its version, or why there is none.
+func controllerOf(choice upstream.Choice, version string) (controller, ver, note string) {
+	controller = choice.Controller
+	if controller == "" {
+		controller = upstream.ControllerName(choice.Kind)
+	}
+	if version == "" && controller != "" {
+		note = upstream.VersionNote(choice.Kind)
+	}
+	return controller, version, note
 }

@@ -61,6 +61,9 @@ type Ingress struct {
 	Class      string `json:"class,omitempty"`
 	Controller string `json:"controller,omitempty"`
 	Version    string `json:"version,omitempty"`
+	// VersionNote says why Version is empty ("not exposed": the
+	// controller reports none where the observer reads it).
+	VersionNote string `json:"version_note,omitempty"`
 	// Settings are the controller settings that shape the window, as far
 	// as visible (e.g. "source-poll-timeout": "3000").
 	Settings map[string]string `json:"settings,omitempty"`

@@ -39,6 +39,24 @@ func (e *errWriter) printf(format string, a ...any) {
 	}
 }
 
+// named is controller with its version ("skipper v0.27.57"), or, when the
+// header has none and says why, with that: "skipper, version not exposed",
+// or in parentheses for a title, "skipper (version not exposed)"; "" without
+// a controller.
+func (in Ingress) named(controller string, paren bool) string {
+	switch {
+	case controller == "":
+		return ""
+	case in.Version != "":
+		return controller + " " + in.Version
+	case in.VersionNote != "" && paren:
+		return controller + " (version " + in.VersionNote + ")"
+	case in.VersionNote != "":
+		return controller + ", version " + in.VersionNote
+	}
+	return controller
+}
+
 // runLine describes the run in one line from the header.
 func runLine(h *Header) []string {
 	if h == nil {
@@ -58,7 +76,7 @@ func runLine(h *Header) []string {
 		if r.GatewayClass != "" {
 			class = append(class, "class "+r.GatewayClass)
 		}
-		if c := strings.TrimSpace(r.Controller + " " + h.Ingress.Version); c != "" {
+		if c := h.Ingress.named(r.Controller, false); c != "" {
 			class = append(class, "controller "+c)
 		}
 		if len(class) > 0 {
@@ -66,9 +84,10 @@ func runLine(h *Header) []string {
 		}
 		parts = append(parts, s)
 	} else if in := h.Ingress; in.Controller != "" || in.Class != "" {
-		// An explicit --observer skips reading the IngressClass: no
-		// controller name, only the class.
-		s := strings.TrimSpace("ingress " + strings.TrimSpace(in.Controller+" "+in.Version))
+		// An explicit --observer skips reading the IngressClass: the
+		// controller is then the one the observer reads (older files:
+		// none, only the class).
+		s := strings.TrimSpace("ingress " + in.named(in.Controller, false))
 		if in.Class != "" {
 			s += " (class " + in.Class + ")"
 		}
@@ -388,9 +407,9 @@ func NewMarkdownReporter(s *Summary) Reporter {
 		title := "Pod termination: the propagation window"
 		switch {
 		case h != nil && h.Route.Kind == RouteKindHTTPRoute && h.Route.Controller != "":
-			title += " through " + strings.TrimSpace(h.Route.Controller+" "+h.Ingress.Version)
+			title += " through " + h.Ingress.named(h.Route.Controller, true)
 		case h != nil && h.Ingress.Controller != "":
-			title += " through " + strings.TrimSpace(h.Ingress.Controller+" "+h.Ingress.Version)
+			title += " through " + h.Ingress.named(h.Ingress.Controller, true)
 		}
 		e.printf("## %s\n\n", title)
 		e.printf("How long a deleted pod still receives new traffic, measured with epwindow by deleting one probe pod at a time and timing every stage")

@@ -246,3 +246,46 @@ func TestMarkdownMarksFloor(t *testing.T) {
 		t.Errorf("a measured recommendation is marked as a floor (err %v)", err)
 	}
 }
+
+// A controller named by the observer (an explicit --observer reads no
+// IngressClass) shows with its version, or with why there is none, in the
+// text header lines and the Markdown title; the note survives the file.
+func TestRunLineVersionNote(t *testing.T) {
+	for _, tc := range []struct {
+		in          Ingress
+		line, title string
+	}{
+		{Ingress{Class: "skipper", Controller: "skipper", VersionNote: "not exposed"},
+			"ingress skipper, version not exposed (class skipper)", "through skipper (version not exposed)\n"},
+		{Ingress{Class: "skipper", Controller: "skipper", Version: "v0.27.57", VersionNote: "ignored when a version is known"},
+			"ingress skipper v0.27.57 (class skipper)", "through skipper v0.27.57\n"},
+		{Ingress{Class: "traefik", Controller: "traefik"},
+			"ingress traefik (class traefik)", "through traefik\n"},
+	} {
+		h := &Header{Ingress: tc.in}
+		if got := strings.Join(runLine(h), "\n"); !strings.Contains(got, tc.line) {
+			t.Errorf("run line %q, want it to contain %q", got, tc.line)
+		}
+		var b bytes.Buffer
+		w := NewWriter(&b)
+		if err := w.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		f, err := Decode(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Header.Ingress.VersionNote != tc.in.VersionNote {
+			t.Errorf("version note %q after the file, want %q", f.Header.Ingress.VersionNote, tc.in.VersionNote)
+		}
+		sum := NewSummary(f.Header, Options{})
+		sum.Close()
+		var md strings.Builder
+		if err := NewMarkdownReporter(sum)(&md); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(md.String(), tc.title) {
+			t.Errorf("markdown title %q, want it to contain %q", strings.SplitN(md.String(), "\n", 2)[0], tc.title)
+		}
+	}
+}

@@ -210,7 +210,9 @@ func arity(usage string) (min, max int) {
 	return min, max
 }
 
-var fence = regexp.MustCompile("^\\s*```\\s*([a-z]*)")
+// fence opens or closes a code block: three or more backticks, then the
+// block's language on an opening fence.
+var fence = regexp.MustCompile("^\\s*(```+)\\s*([a-z]*)\\s*$")
 
 // commandsInMarkdown returns the epwindow commands in a Markdown file's
 // shell code blocks (```sh, ```bash, ```console or unlabelled).
@@ -226,15 +228,16 @@ func commandsInMarkdown(path string) ([]docCommand, error) {
 		inBlock bool
 		shell   bool
 		start   int
+		opened  string // the opening fence: a block closes with one at least as long
 	)
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
 		m := fence.FindStringSubmatch(sc.Text())
 		switch {
 		case m != nil && !inBlock:
-			inBlock, block, start = true, nil, line+1
-			shell = slices.Contains([]string{"", "sh", "bash", "shell", "console"}, m[1])
-		case m != nil:
+			inBlock, block, start, opened = true, nil, line+1, m[1]
+			shell = slices.Contains([]string{"", "sh", "bash", "shell", "console"}, m[2])
+		case m != nil && m[2] == "" && len(m[1]) >= len(opened):
 			inBlock = false
 			if shell {
 				cmds, err := commandsInBlock(filepath.Base(path), start, strings.Join(block, "\n"))

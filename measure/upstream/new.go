@@ -144,6 +144,40 @@ type Choice struct {
 // or "traefik (GatewayClass traefik: controller traefik.io/gateway-controller)".
 func (c Choice) String() string { return c.Kind + " (" + c.Reason + ")" }
 
+// ControllerName names the controller that an observer of this kind reads
+// ("skipper", "ingress-nginx", "traefik", "envoy"), for the results header
+// when no IngressClass or GatewayClass named it (an explicit --observer
+// reads no class); "" for cmd and none, which read no controller.
+func ControllerName(kind string) string {
+	switch kind {
+	case KindSkipper:
+		return "skipper"
+	case KindNginx:
+		return "ingress-nginx"
+	case KindTraefik:
+		return "traefik"
+	case KindEnvoy:
+		return "envoy"
+	}
+	return ""
+}
+
+// VersionNote says why the results header has no version for an observer
+// of this kind that reported none: Skipper exposes none (its support
+// listener serves /routes, /metrics and /debug/pprof only, skipper.go;
+// the version is only printed by `skipper -version`, cmd/skipper/main.go),
+// so without an image tag it is "not exposed"; the others expose one this
+// observer did not read ("not read"). "" for cmd and none.
+func VersionNote(kind string) string {
+	switch kind {
+	case KindSkipper:
+		return "not exposed"
+	case KindNginx, KindTraefik, KindEnvoy:
+		return "not read"
+	}
+	return ""
+}
+
 // kindForController maps an IngressClass controller name to an observer kind.
 func kindForController(controller string) (string, bool) {
 	switch {

@@ -220,7 +220,9 @@ func Cleanup(ctx context.Context, mode string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, runErr := exec.CommandContext(ctx, self, Arg, "--cleanup", "--proxy-mode="+mode).CombinedOutput()
+	cleanup := exec.CommandContext(ctx, self, Arg, "--cleanup", "--proxy-mode="+mode)
+	cleanup.Env = child.Env()
+	out, runErr := cleanup.CombinedOutput()
 	err = removeKubeChains(ctx)
 	if b, rerr := os.ReadFile(Marker); rerr == nil {
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")

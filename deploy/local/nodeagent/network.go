@@ -17,7 +17,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/epwindow/epwindow/deploy/local/internal/child"
 )
 
 // routeProto marks the agent's unreachable route ("proto 101" in ip route);
@@ -249,6 +252,7 @@ func ipCmd(ctx context.Context, args ...string) error {
 
 func ipOut(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "ip", args...)
+	cmd.Env = child.Env()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -367,6 +371,28 @@ func deleteNetns(ctx context.Context, name string) error {
 	return nil
 }
 
+// pluginExec runs the CNI plugins as libcni's default does, but with only
+// the CNI_* variables libcni sets for the call and child.Env's PATH:
+// libcni's default hands them this process's whole environment, the
+// user's (invoke.Args.AsEnv, pkg/invoke/args.go).
+type pluginExec struct{ *invoke.DefaultExec }
+
+func (e pluginExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
+	return e.DefaultExec.ExecPlugin(ctx, pluginPath, stdinData, cniEnv(environ))
+}
+
+// cniEnv keeps the CNI_* variables of environ (CNI_COMMAND, CNI_NETNS, …:
+// the plugin's arguments, SPEC.md "Parameters") on child.Env's PATH.
+func cniEnv(environ []string) []string {
+	var keep []string
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "CNI_") {
+			keep = append(keep, kv)
+		}
+	}
+	return child.Env(keep...)
+}
+
 // podNetwork runs the CNI plugins for the pods of one agent.
 type podNetwork struct {
 	cfg *libcni.CNIConfig
@@ -375,8 +401,9 @@ type podNetwork struct {
 
 func newPodNetwork(cfg Config) *podNetwork {
 	return &podNetwork{
-		cfg: libcni.NewCNIConfigWithCacheDir([]string{cfg.CNIBinDir}, filepath.Join(cniDir(cfg), "cache"), nil),
-		c:   cfg,
+		cfg: libcni.NewCNIConfigWithCacheDir([]string{cfg.CNIBinDir}, filepath.Join(cniDir(cfg), "cache"),
+			pluginExec{&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}}}),
+		c: cfg,
 	}
 }
 

@@ -2,14 +2,22 @@
 // the Gateway API CRDs, Traefik's GatewayClass and Gateway accepted by
 // Traefik itself, the IngressClasses, a probe workload served through each
 // of Traefik's three providers (Ingress class traefik, ingress-nginx class
-// nginx, and an HTTPRoute on the Gateway) next to Skipper, and a teardown
-// that leaves no Traefik process.
+// nginx, and an HTTPRoute on the Gateway) next to Skipper and through
+// kube-proxy's ClusterIP, and a teardown that leaves no Traefik process.
+// The cluster starts in a user's environment that points elsewhere
+// (KUBECONFIG for another cluster, proxy variables): every data plane still
+// serves the local cluster, and no child process carries any of it.
 package traefik
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +42,10 @@ func TestTraefikProviders(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := localcluster.Start(ctx, localcluster.Options{Nodes: 2, Dir: dir, Ingress: "all", ProxyMode: "none", TraefikThrottle: 200 * time.Millisecond})
+	foreignEnvironment(t)
+	// kube-proxy runs (nftables, the default) so that its data plane is
+	// held to the same environment as the ingresses'.
+	c, err := localcluster.Start(ctx, localcluster.Options{Nodes: 2, Dir: dir, Ingress: "all", TraefikThrottle: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +137,21 @@ func TestTraefikProviders(t *testing.T) {
 			t.Errorf("%s never served host %s: %v", tt.via, tt.host, err)
 		}
 	}
+	// kube-proxy routes the workload's ClusterIP from the root namespace.
+	svc, err := c.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterIP := "http://" + svc.Spec.ClusterIP + ":80"
+	if err := testenv.Poll(ctx, "kube-proxy", 200*time.Millisecond, time.Minute, func() (bool, error) {
+		return answers(ctx, clusterIP, "any.test"), nil
+	}); err != nil {
+		t.Errorf("kube-proxy never routed ClusterIP %s: %v", clusterIP, err)
+	}
+	checkChildEnvironments(t, c.PID)
+	if b, err := os.ReadFile(filepath.Join(dir, "traefik.log")); err != nil || bytes.Contains(b, []byte("KUBECONFIG")) {
+		t.Errorf("traefik.log (%v) mentions KUBECONFIG: Traefik read the user's kubeconfig", err)
+	}
 	// Each class stays with its controller: Skipper does not serve
 	// Traefik's host, nor Traefik Skipper's.
 	if answers(ctx, c.IngressURL, hosts["traefik"]) || answers(ctx, c.TraefikURL, hosts["skipper"]) {
@@ -189,4 +215,123 @@ func conditionIn(conds []any, typ string) bool {
 		}
 	}
 	return false
+}
+
+// foreignKeys are the variables foreignEnvironment sets, none of which may
+// reach a child of the local cluster.
+var foreignKeys = []string{"KUBECONFIG", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
+	"EPWINDOW_E2E_USER_MARKER"}
+
+// foreignEnvironment exports what a Kubernetes user's shell typically has,
+// pointing at another cluster: KUBECONFIG names a kubeconfig (current
+// context, token) whose server is a closed loopback port, and the proxy
+// variables name that port too (127.0.0.1:1: nothing listens there, and
+// nothing leaves the machine). Go never proxies loopback requests
+// (net/http/httpproxy, useProxy), so the test's own clients are unaffected;
+// a child that honoured these would watch nothing or send its upstream
+// traffic nowhere. A marker variable stands for everything else of the
+// user's.
+func foreignEnvironment(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "other-cluster.kubeconfig")
+	const other = `apiVersion: v1
+kind: Config
+clusters:
+- name: other
+  cluster:
+    server: https://127.0.0.1:1
+    insecure-skip-tls-verify: true
+users:
+- name: other
+  user:
+    token: a-token-for-another-cluster
+contexts:
+- name: other
+  context: {cluster: other, user: other, namespace: elsewhere}
+current-context: other
+`
+	if err := os.WriteFile(kubeconfig, []byte(other), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range foreignKeys {
+		v := "http://127.0.0.1:1"
+		switch k {
+		case "KUBECONFIG":
+			v = kubeconfig
+		case "EPWINDOW_E2E_USER_MARKER":
+			v = "1"
+		}
+		t.Setenv(k, v)
+	}
+}
+
+// checkChildEnvironments reads the environment of every process below
+// epwindow-local (Skipper, Traefik, kube-proxy, the container shims and
+// the probe pods' processes) and fails on any variable of
+// foreignEnvironment's. At least Skipper, Traefik and kube-proxy must be
+// found, so that the check cannot pass by reading nothing.
+func checkChildEnvironments(t *testing.T, root int) {
+	t.Helper()
+	children := descendants(t, root)
+	seen := map[string]bool{}
+	for _, pid := range children {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		cmd := strings.ReplaceAll(strings.TrimRight(string(comm), "\x00"), "\x00", " ")
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		for _, name := range []string{"skipper", "traefik", "kube-proxy", "probe"} {
+			if strings.Contains(cmd, name) {
+				seen[name] = true
+			}
+		}
+		for _, kv := range strings.Split(string(env), "\x00") {
+			k, _, _ := strings.Cut(kv, "=")
+			for _, bad := range foreignKeys {
+				if k == bad {
+					t.Errorf("pid %d (%s) has %s from the user's environment", pid, cmd, kv)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"skipper", "traefik", "kube-proxy", "probe"} {
+		if !seen[want] {
+			t.Errorf("no %s process among the %d below epwindow-local (pid %d)", want, len(children), root)
+		}
+	}
+}
+
+// descendants lists the processes below root, from /proc/PID/stat's ppid.
+func descendants(t *testing.T, root int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := map[int]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so read after ")".
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(fields) > 1 {
+			parent[pid], _ = strconv.Atoi(fields[1])
+		}
+	}
+	var out []int
+	for pid := range parent {
+		for p := parent[pid]; p > 1; p = parent[p] {
+			if p == root {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -66,8 +66,26 @@ func (p *Process) Stop() {
 	}
 }
 
+// SystemPath is the PATH of every child: the system's binary folders,
+// where Debian installs iptables, nft and ip (which kube-proxy and the
+// node agent run), never the user's PATH.
+const SystemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Env is the whole environment of a child: PATH=SystemPath, then extra
+// ("NAME=value"). Nothing is taken from this process's environment, which
+// is the user's: Traefik's Kubernetes providers prefer $KUBECONFIG over the
+// endpoint and token they are given (Traefik v3.6.12
+// pkg/provider/kubernetes/{ingress,gateway,ingress-nginx}/…, "Creating
+// cluster-external Provider client from KUBECONFIG"), and would watch the
+// user's real cluster with the user's credentials; proxy variables would
+// route the children's API calls elsewhere. A child needing more says so
+// in extra (Skipper: SSL_CERT_FILE).
+func Env(extra ...string) []string {
+	return append([]string{"PATH=" + SystemPath}, extra...)
+}
+
 // Launch starts binary with args, its stdout and stderr appended to
-// logFile, with env added to this process's environment.
+// logFile, with the environment Env(env...) and nothing else.
 func Launch(binary string, args []string, logFile string, env ...string) (*Process, error) {
 	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -76,9 +94,7 @@ func Launch(binary string, args []string, logFile string, env ...string) (*Proce
 	defer logf.Close() // the child has its own copy
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if len(env) > 0 {
-		cmd.Env = append(os.Environ(), env...)
-	}
+	cmd.Env = Env(env...)
 	return Start(cmd)
 }
 

@@ -3,6 +3,7 @@ package child
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -70,5 +71,32 @@ func TestRetry(t *testing.T) {
 	calls = 0
 	if _, err := Retry(ctx, 3, func() (int, error) { calls++; return 0, context.Canceled }); err == nil || calls != 1 {
 		t.Errorf("ended context: %d calls, %v", calls, err)
+	}
+}
+
+// A child's environment is PATH and what its caller adds, nothing of this
+// process's: the user's KUBECONFIG and proxy variables stay out.
+func TestLaunchEnvironment(t *testing.T) {
+	t.Setenv("KUBECONFIG", "/home/someone/.kube/config")
+	t.Setenv("HTTPS_PROXY", "http://127.0.0.1:1")
+	t.Setenv("http_proxy", "http://127.0.0.1:1")
+	t.Setenv("EPWINDOW_TEST_MARKER", "x")
+	log := filepath.Join(t.TempDir(), "env.log")
+	p, err := Launch("env", nil, log, "SSL_CERT_FILE=/tmp/ca.crt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	if p.Err() != nil {
+		t.Fatal(p.Err())
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(string(b))
+	want := []string{"PATH=" + SystemPath, "SSL_CERT_FILE=/tmp/ca.crt"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("child environment %q, want exactly %q", got, want)
 	}
 }
