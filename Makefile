@@ -158,6 +158,7 @@ bench: build cluster
 
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.
-# TRIALS=20 POLL=1s make demo to change the run.
+# TRIALS=20 POLL=1s make demo to change the run; STREAMS=200 make demo also
+# holds WebSocket streams and reports how they end (docs/streams.md).
 demo: deps build cluster-skipper
 	CNI_BIN_DIR=$(CNI_BIN_DIR) hack/demo.sh

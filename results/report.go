@@ -298,6 +298,9 @@ func NewTextReporter(s *Summary) Reporter {
 				e.printf("  %s\n", l)
 			}
 		}
+		if e.err == nil {
+			e.err = s.streamsSection(w)
+		}
 		if c := s.Caveats(); len(c) > 0 {
 			e.printf("\ncaveats\n")
 			for _, l := range c {

@@ -334,3 +334,34 @@ func durText(ns int64) string {
 	}
 	return d.Round(100 * time.Microsecond).String()
 }
+
+// Streams summarises the closed Summary's stream records (measure
+// --streams); its Trials is 0 when the run held none.
+func (s *Summary) Streams() *StreamSummary {
+	o := s.options()
+	ss := NewStreamSummary(o.Quantile, o.Confidence)
+	for _, r := range s.records {
+		ss.Add(r)
+	}
+	ss.Close()
+	return ss
+}
+
+// streamsSection writes the Long-lived connections section when the run
+// held streams, with the window's preStop and headroom in its formula.
+func (s *Summary) streamsSection(w io.Writer) error {
+	ss := s.Streams()
+	if ss.Trials() == 0 {
+		return nil
+	}
+	var preStop, headroom time.Duration
+	if r := s.doc.Recommendation; r != nil {
+		preStop, headroom = r.PreStop(), time.Duration(r.HeadroomNS)
+	} else {
+		headroom = s.options().Headroom
+	}
+	if _, err := io.WriteString(w, "\n"); err != nil {
+		return err
+	}
+	return NewStreamsReporter(ss, preStop, headroom)(w)
+}

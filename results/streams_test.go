@@ -80,3 +80,29 @@ func TestStreamSummaryUnclosedIsLowerBound(t *testing.T) {
 		t.Errorf("report:\n%s", b.String())
 	}
 }
+
+func TestTextReportHasStreamsSection(t *testing.T) {
+	s := NewSummary(nil, Options{})
+	for i := range 3 {
+		s.Add(streamRecord(i, time.Second, 0, []int{9, 1}))
+	}
+	s.Close()
+	var b bytes.Buffer
+	if err := NewTextReporter(s)(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Long-lived connections (websocket") {
+		t.Fatalf("text report without the streams section:\n%s", b.String())
+	}
+	// A run without streams has no such section.
+	s = NewSummary(nil, Options{})
+	s.Add(&Record{Kind: KindTrial, Trial: 0})
+	s.Close()
+	b.Reset()
+	if err := NewTextReporter(s)(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "Long-lived") {
+		t.Fatalf("streams section in a run without streams:\n%s", b.String())
+	}
+}
