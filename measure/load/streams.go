@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,10 @@ type StreamEvent struct {
 	Messages int64 `json:"messages,omitempty"`
 	// LastMessage is when its last message arrived (close events).
 	LastMessage time.Time `json:"last_message,omitzero"`
+	// ServerTime is the probe's clock as it accepted a WebSocket stream
+	// (X-Epwindow-Time of the 101; open events): At − ServerTime is the
+	// handshake's delay plus the clock skew.
+	ServerTime time.Time `json:"server_time,omitzero"`
 	// Detail is the error text of a close or failure, for humans.
 	Detail string `json:"detail,omitempty"`
 }
@@ -266,7 +271,11 @@ func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int) bool {
 	}
 	defer c.CloseNow()
 	pod := resp.Header.Get(probe.HeaderPod)
-	h.hold(ctx, slot, at, pod, func() error {
+	var server time.Time
+	if ns, err := strconv.ParseInt(resp.Header.Get(probe.HeaderTime), 10, 64); err == nil {
+		server = time.Unix(0, ns)
+	}
+	h.hold(ctx, slot, StreamEvent{Slot: slot, Kind: EventOpen, At: at, Pod: pod, Code: -1, ServerTime: server}, func() error {
 		_, _, err := c.Read(ctx)
 		return err
 	}, func(err error) (string, int) {
@@ -281,9 +290,10 @@ func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int) bool {
 // hold logs the open of a stream, reads it with read until it fails, and
 // logs its close as ended says; a close by ctx (the holder stopping) is
 // not logged.
-func (h *StreamHolder) hold(ctx context.Context, slot int, at time.Time, pod string, read func() error, ended func(error) (string, int)) {
+func (h *StreamHolder) hold(ctx context.Context, slot int, open StreamEvent, read func() error, ended func(error) (string, int)) {
+	pod := open.Pod
 	h.open.Add(1)
-	h.log(StreamEvent{Slot: slot, Kind: EventOpen, At: at, Pod: pod, Code: -1})
+	h.log(open)
 	var n int64
 	var last time.Time
 	for {
@@ -357,7 +367,7 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int) bool {
 		}
 	}
 	m := new(wrapperspb.StringValue)
-	h.hold(ctx, slot, at, pod, func() error { return st.RecvMsg(m) }, func(err error) (string, int) {
+	h.hold(ctx, slot, StreamEvent{Slot: slot, Kind: EventOpen, At: at, Pod: pod, Code: -1}, func() error { return st.RecvMsg(m) }, func(err error) (string, int) {
 		switch s, _ := status.FromError(err); {
 		case errors.Is(err, io.EOF):
 			return CloseGRPCStatus, int(codes.OK)
