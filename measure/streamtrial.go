@@ -142,12 +142,23 @@ func streamTrial(in streamInput) *results.StreamTrial {
 	}
 	if len(closes) > 0 {
 		t.Herd = herd(closes[0], reopens, results.HerdBin)
-		if len(t.Herd) > 0 {
-			t.HerdPeak = slices.Max(t.Herd)
-		}
+		t.HerdPeak = busiest(reopens, results.HerdBin)
 	}
 	slices.Sort(t.ReestablishNS)
 	return t
+}
+
+// busiest is the most instants in any window of width w (sliding, not
+// binned: a burst that straddles a bin edge counts whole). at is sorted.
+func busiest(at []time.Time, w time.Duration) int {
+	best, lo := 0, 0
+	for hi := range at {
+		for at[hi].Sub(at[lo]) >= w {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return best
 }
 
 // herd counts the instants per bin from start.

@@ -44,8 +44,9 @@ func TestStreamTrial(t *testing.T) {
 	if *got.OpenAtWithdrawal != 1 || *got.OutliveNS != int64(50*time.Millisecond) {
 		t.Errorf("open at withdrawal %d, outlive %d; want 1, 50ms", *got.OpenAtWithdrawal, *got.OutliveNS)
 	}
-	// Re-opens at 1060, 1120, 1290 from the first close at 1010: bins 0, 1, 2.
-	if want := []int{1, 1, 1}; !reflect.DeepEqual(got.Herd, want) || got.HerdPeak != 1 {
+	// Re-opens at 1060, 1120, 1290 from the first close at 1010: bins 0, 1,
+	// 2; the busiest 100 ms (sliding) holds 1060 and 1120.
+	if want := []int{1, 1, 1}; !reflect.DeepEqual(got.Herd, want) || got.HerdPeak != 2 {
 		t.Errorf("herd %v peak %d, want %v", got.Herd, got.HerdPeak, want)
 	}
 	if want := map[string]int{"b": 2, "c": 1}; !reflect.DeepEqual(got.Reopened, want) {
@@ -74,5 +75,30 @@ func TestStreamTrialUnclosedIsAFloor(t *testing.T) {
 		withdrawn: t0.Add(1500 * time.Millisecond), until: t0.Add(5 * time.Second)})
 	if got.Unclosed != 1 || *got.OpenAtWithdrawal != 2 || *got.OutliveNS != int64(3500*time.Millisecond) {
 		t.Fatalf("unclosed %d, open at withdrawal %v, outlive %v; want 1, 2, 3.5s (until − withdrawal)", got.Unclosed, *got.OpenAtWithdrawal, *got.OutliveNS)
+	}
+}
+
+func TestBusiest(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(ms ...int) []time.Time {
+		var out []time.Time
+		for _, m := range ms {
+			out = append(out, t0.Add(time.Duration(m)*time.Millisecond))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		at   []time.Time
+		want int
+	}{
+		{nil, 0},
+		{at(0), 1},
+		{at(0, 99), 2},
+		{at(0, 100), 1},                // the window is [t, t+100ms)
+		{at(60, 90, 120, 150, 400), 4}, // straddles the 100 ms bin edge
+	} {
+		if got := busiest(tc.at, 100*time.Millisecond); got != tc.want {
+			t.Errorf("busiest(%v) = %d, want %d", tc.at, got, tc.want)
+		}
 	}
 }

@@ -50,7 +50,8 @@ type StreamTrial struct {
 	OpenAtWithdrawal *int   `json:"open_at_withdrawal,omitempty"`
 	OutliveNS        *int64 `json:"outlive_ns,omitempty"`
 	// Herd counts re-opens of the closed streams per HerdBinNS from the
-	// first close; HerdPeak is its largest bin.
+	// first close; HerdPeak is the most re-opens in any HerdBinNS window
+	// (sliding, so a burst across a bin edge counts whole).
 	HerdBinNS int64 `json:"herd_bin_ns,omitempty"`
 	Herd      []int `json:"herd,omitempty"`
 	HerdPeak  int   `json:"herd_peak"`
