@@ -33,6 +33,11 @@ type RunnerParams struct {
 	Rate float64
 	// Deadline is when each runner stops by itself.
 	Deadline time.Time
+	// Streams, StreamProtocol and Reconnect make each runner also hold
+	// long-lived streams to Target (measure --streams); 0: none.
+	Streams        int
+	StreamProtocol string
+	Reconnect      string
 }
 
 // RunnerSelector selects the runner pods of workload name (and run id).
@@ -75,6 +80,10 @@ func RunnerDeployment(wl *Workload, p Params, rp RunnerParams) (*appsv1.Deployme
 		"--rate=" + strconv.FormatFloat(rp.Rate, 'f', -1, 64),
 		"--deadline=" + rp.Deadline.UTC().Format(time.RFC3339),
 		fmt.Sprintf("--stats-listen=:%d", DefaultStatsPort)}
+	if rp.Streams > 0 {
+		c.Command = append(c.Command, "--streams="+strconv.Itoa(rp.Streams),
+			"--stream-protocol="+rp.StreamProtocol, "--reconnect="+rp.Reconnect)
+	}
 	c.Env = []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},

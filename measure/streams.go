@@ -148,6 +148,35 @@ func (r *runner) streamRecord(rec *results.Record, tl *probe.Timeline, end time.
 	return streamTrial(in)
 }
 
+// clusterStreamRecord is rec's stream record of the in-cluster runners'
+// streams (through the ClusterIP): their events moved onto the tool clock
+// by each runner's skew estimate, slots numbered apart per runner. Nil
+// without runner streams, or when no runner's clock could be read.
+func (r *runner) clusterStreamRecord(rec *results.Record, runners []*runnerState, end time.Time) *results.StreamTrial {
+	o := r.cfg.Streams
+	sig, ok := rec.Stage(results.StageSigterm)
+	if o.N == 0 || !ok {
+		return nil
+	}
+	var ev []load.StreamEvent
+	for i, st := range runners {
+		if !st.statsOK || !st.skewOK {
+			continue
+		}
+		for _, e := range st.stats.Streams {
+			e.Slot += i * o.N
+			// The skew is runner − tool.
+			e.At = e.At.Add(-st.skew.Offset)
+			ev = append(ev, e)
+		}
+	}
+	if len(ev) == 0 {
+		return nil
+	}
+	return streamTrial(streamInput{events: ev, pod: rec.Pod, sigterm: sig.At, withdrawn: withdrawal(rec), until: end,
+		protocol: o.Protocol, drain: o.Drain.String(), reconnect: o.Reconnect.String()})
+}
+
 // withdrawal is when the data plane had withdrawn the pod's endpoint: the
 // last observer's upstream_removed, or the ClusterIP path's
 // cluster_last_routed when it is later; zero when neither was seen.

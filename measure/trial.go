@@ -243,6 +243,7 @@ wait:
 	}
 	rec := buildRecord(in)
 	rec.Streams = r.streamRecord(rec, in.timeline, end)
+	rec.ClusterStreams = r.clusterStreamRecord(rec, in.runners, end)
 	r.recordStartup(ctx, rec, in.replacement, in.t0, end)
 	if cfg.StopOnBlindObserver {
 		for _, rm := range in.removals {

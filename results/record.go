@@ -149,10 +149,12 @@ type Record struct {
 	// ClusterFailures counts the runners' failures during this trial, by
 	// kind, summed over the runners.
 	ClusterFailures map[string]int `json:"cluster_failures,omitempty"`
-	// Streams is the trial's long-lived connections (measure --streams,
-	// streams.go); additive within version 2.
-	Streams *StreamTrial `json:"streams,omitempty"`
-	Stages  []Stage      `json:"stages"`
+	// Streams is the trial's long-lived connections through the ingress
+	// (measure --streams, streams.go), ClusterStreams the in-cluster
+	// runners' through the ClusterIP; additive within version 2.
+	Streams        *StreamTrial `json:"streams,omitempty"`
+	ClusterStreams *StreamTrial `json:"cluster_streams,omitempty"`
+	Stages         []Stage      `json:"stages"`
 }
 
 // Runner is one in-cluster load runner as a trial saw it: a pod that sends

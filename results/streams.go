@@ -94,22 +94,35 @@ type StreamSummary struct {
 	OpenAtSigterm, Graceful    int
 	Abrupt, Unclosed, WithOpen int
 	Protocol, Drain, Reconnect string
-	closed                     bool
+	// Path is "" for the streams through the ingress, "ClusterIP" for the
+	// in-cluster runners'.
+	Path   string
+	pick   func(*Record) *StreamTrial
+	closed bool
 }
 
 // NewStreamSummary summarises at quantile q and confidence conf, as the
 // window's Summary does.
 func NewStreamSummary(q, conf float64) *StreamSummary {
 	return &StreamSummary{q: q, conf: conf, samples: map[string]*sample{},
-		CloseKinds: map[string]int{}, ProbeEnds: map[string]int64{}, Failures: map[string]int{}, Reopened: map[string]int{}}
+		CloseKinds: map[string]int{}, ProbeEnds: map[string]int64{}, Failures: map[string]int{}, Reopened: map[string]int{},
+		pick: func(r *Record) *StreamTrial { return r.Streams }}
+}
+
+// NewClusterStreamSummary is NewStreamSummary of the in-cluster runners'
+// streams (Record.ClusterStreams).
+func NewClusterStreamSummary(q, conf float64) *StreamSummary {
+	s := NewStreamSummary(q, conf)
+	s.Path, s.pick = "ClusterIP", func(r *Record) *StreamTrial { return r.ClusterStreams }
+	return s
 }
 
 // Add takes one trial's record; records without streams are skipped.
 func (s *StreamSummary) Add(r *Record) {
-	if r == nil || r.Streams == nil || s.closed {
+	if r == nil || s.pick(r) == nil || s.closed {
 		return
 	}
-	t := r.Streams
+	t := s.pick(r)
 	s.trials = append(s.trials, t)
 	s.Protocol, s.Drain, s.Reconnect = t.Protocol, t.Drain, t.Reconnect
 	s.OpenAtSigterm += t.OpenAtSigterm
@@ -206,7 +219,11 @@ const HerdBin = 100 * time.Millisecond
 func NewStreamsReporter(s *StreamSummary, preStop, headroom time.Duration) Reporter {
 	return func(w io.Writer) error {
 		e := &errWriter{w: w}
-		e.printf("Long-lived connections (%s, --stream-drain %s, --reconnect %s)\n", s.Protocol, s.Drain, s.Reconnect)
+		via := ""
+		if s.Path != "" {
+			via = ", through the " + s.Path
+		}
+		e.printf("Long-lived connections (%s%s, --stream-drain %s, --reconnect %s)\n", s.Protocol, via, s.Drain, s.Reconnect)
 		if s.Trials() == 0 {
 			e.printf("  no trial recorded streams\n")
 			return e.err
@@ -340,7 +357,16 @@ func durText(ns int64) string {
 // --streams); its Trials is 0 when the run held none.
 func (s *Summary) Streams() *StreamSummary {
 	o := s.options()
-	ss := NewStreamSummary(o.Quantile, o.Confidence)
+	return s.streamSummary(NewStreamSummary(o.Quantile, o.Confidence))
+}
+
+// ClusterStreams is Streams of the in-cluster runners' streams.
+func (s *Summary) ClusterStreams() *StreamSummary {
+	o := s.options()
+	return s.streamSummary(NewClusterStreamSummary(o.Quantile, o.Confidence))
+}
+
+func (s *Summary) streamSummary(ss *StreamSummary) *StreamSummary {
 	for _, r := range s.records {
 		ss.Add(r)
 	}
@@ -351,10 +377,18 @@ func (s *Summary) Streams() *StreamSummary {
 // streamsSection writes the Long-lived connections section when the run
 // held streams, with the window's preStop and headroom in its formula.
 func (s *Summary) streamsSection(w io.Writer) error {
-	ss := s.Streams()
-	if ss.Trials() == 0 {
-		return nil
+	for _, ss := range []*StreamSummary{s.Streams(), s.ClusterStreams()} {
+		if ss.Trials() == 0 {
+			continue
+		}
+		if err := s.streamSection(w, ss); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+func (s *Summary) streamSection(w io.Writer, ss *StreamSummary) error {
 	var preStop, headroom time.Duration
 	if r := s.doc.Recommendation; r != nil {
 		preStop, headroom = r.PreStop(), time.Duration(r.HeadroomNS)

@@ -106,3 +106,18 @@ func TestTextReportHasStreamsSection(t *testing.T) {
 		t.Fatalf("streams section in a run without streams:\n%s", b.String())
 	}
 }
+
+func TestClusterStreamsSection(t *testing.T) {
+	s := NewSummary(nil, Options{})
+	r := streamRecord(0, time.Second, 0, []int{3})
+	r.ClusterStreams, r.Streams = r.Streams, nil
+	s.Add(r)
+	s.Close()
+	var b bytes.Buffer
+	if err := NewTextReporter(s)(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Long-lived connections (websocket, through the ClusterIP") || s.Streams().Trials() != 0 {
+		t.Fatalf("report:\n%s", b.String())
+	}
+}

@@ -48,6 +48,9 @@ type RunnerConfig struct {
 	Deadline time.Time
 	// Pod and Node name the runner in its Stats.
 	Pod, Node string
+	// Streams, if set, are long-lived streams the runner also holds to
+	// Load.URL (epwindow load --streams); their events are in its Stats.
+	Streams *StreamConfig
 }
 
 // Validate checks c at now; messages name the flag of epwindow load.
@@ -72,6 +75,12 @@ func (c RunnerConfig) Validate(now time.Time) error {
 	}
 	if c.Deadline.Sub(now) > MaxLifetime {
 		return fmt.Errorf("--deadline %s is more than %s ahead", c.Deadline.Format(time.RFC3339), MaxLifetime)
+	}
+	if c.Streams != nil {
+		if c.Streams.URL != c.Load.URL {
+			return errors.New("the streams go to --url")
+		}
+		return c.Streams.Validate()
 	}
 	return nil
 }
@@ -115,6 +124,10 @@ type Stats struct {
 	Failures map[string]int `json:"failures,omitempty"`
 	// Pods is what the runner saw of each probe pod (by X-Epwindow-Pod).
 	Pods []PodReport `json:"pods"`
+	// Streams are the runner's stream events (epwindow load --streams),
+	// on its clock; StreamsDropped counts those its log had no room for.
+	Streams        []StreamEvent `json:"streams,omitempty"`
+	StreamsDropped int64         `json:"streams_dropped,omitempty"`
 }
 
 // PodReport is PodStats as JSON: instants on the runner's clock, the skew
@@ -159,9 +172,10 @@ func ParseStats(b []byte) (Stats, error) {
 	return s, nil
 }
 
-// StatsHandler serves the runner's endpoints for g: /stats, /clock and
-// /healthz; anything else is 404. Instants come from clk.
-func StatsHandler(g *Generator, cfg RunnerConfig, clk clock.PassiveClock) http.Handler {
+// StatsHandler serves the runner's endpoints for g (and its streams' h,
+// nil without): /stats, /clock and /healthz; anything else is 404. Instants
+// come from clk.
+func StatsHandler(g *Generator, h *StreamHolder, cfg RunnerConfig, clk clock.PassiveClock) http.Handler {
 	reply := func(w http.ResponseWriter, v any) {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -191,6 +205,9 @@ func StatsHandler(g *Generator, cfg RunnerConfig, clk clock.PassiveClock) http.H
 		for _, ps := range g.Pods() {
 			s.Pods = append(s.Pods, podReport(ps))
 		}
+		if h != nil {
+			s.Streams, s.StreamsDropped = h.Events()
+		}
 		s.Now = clk.Now() // last: every instant above is at or before it
 		reply(w, s)
 	})
@@ -217,11 +234,24 @@ func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready fun
 	if err != nil {
 		return fmt.Errorf("--stats-listen %s: %w", cfg.StatsListen, err)
 	}
-	srv := &http.Server{Handler: StatsHandler(g, cfg, clk), ReadHeaderTimeout: 5 * time.Second}
+	var h *StreamHolder
+	if cfg.Streams != nil {
+		if h, err = NewStreamHolder(*cfg.Streams, clk); err != nil {
+			return err
+		}
+	}
+	srv := &http.Server{Handler: StatsHandler(g, h, cfg, clk), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	generated := make(chan error, 1)
 	go func() { generated <- g.Run(ctx) }()
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		if h != nil {
+			_ = h.Run(ctx)
+		}
+	}()
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -236,6 +266,7 @@ func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready fun
 	if err := <-generated; err != nil && runErr == nil {
 		runErr = err
 	}
+	<-held
 	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer scancel()
 	_ = srv.Shutdown(sctx)

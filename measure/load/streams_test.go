@@ -263,3 +263,43 @@ func TestStreamHolderHandshakeStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerHoldsStreams: a runner with --streams holds them to its one URL
+// (a real probe on loopback) and serves their events in its /stats.
+func TestRunnerHoldsStreams(t *testing.T) {
+	p := serveProbe(t, probe.StreamDrain{Mode: probe.DrainNone}, time.Minute)
+	sc := &StreamConfig{URL: p.url, Protocol: ProtocolWebSocket, Streams: 3, Reconnect: Reconnect{Policy: ReconnectImmediate}}
+	cfg := RunnerConfig{Load: Config{URL: p.url, Rate: 10}, StatsListen: "127.0.0.1:0",
+		Deadline: time.Now().Add(time.Minute), Streams: sc}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- RunRunner(ctx, cfg, clock.RealClock{}, func(a net.Addr) { addr <- a }) }()
+	defer func() { cancel(); <-done }()
+	stats := "http://" + (<-addr).String() + PathStats
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(stats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		s, err := ParseStats(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if count(s.Streams, EventOpen) == 3 {
+			for _, e := range s.Streams {
+				if e.Pod != "pod-a" || e.At.IsZero() {
+					t.Errorf("event %+v: want an open to pod-a, stamped", e)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats streams %+v, want 3 opens", s.Streams)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
