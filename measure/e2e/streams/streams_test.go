@@ -70,21 +70,39 @@ func trialStreams(t *testing.T, cfg measure.Config) (*results.Record, *results.S
 	return r, s
 }
 
-// --stream-drain none through Skipper: the pod's WebSocket streams outlive
-// the withdrawal of its endpoint (Skipper keeps an upgraded connection:
-// its upgrade proxy copies bytes until one side closes, proxy/upgrade.go)
-// and end abruptly when the probe exits and resets them. The clients'
-// closes agree with the probe's exit (container_exit, pod clock corrected
-// for skew): not before the release that starts the exit, and within 50 ms
-// after the exit stamp (the reset travels loopback-fast through Skipper;
-// the skew bound is at most 50 ms: MaxSkewUncertainty).
+// --stream-drain none through Skipper and, from one in-cluster runner,
+// through the ClusterIP (kube-proxy, nftables): the pod's WebSocket streams
+// outlive the withdrawal of its endpoint (Skipper keeps an upgraded
+// connection: its upgrade proxy copies bytes until one side closes,
+// proxy/upgrade.go; kube-proxy's service chains match ct state new only, so
+// an established flow keeps its NAT) and end abruptly when the probe exits
+// and resets them. The clients' closes agree with the probe's exit
+// (container_exit, pod clock corrected for skew): not more than the
+// probe's stream reset + HTTP drain (cfgShutdown) before it, and within
+// 50 ms after it (the reset travels loopback-fast; the skew bound is at
+// most 50 ms: MaxSkewUncertainty).
 func TestNoneOutlivesWithdrawal(t *testing.T) {
-	r, s := trialStreams(t, config(t, load.ProtocolWebSocket, probe.StreamDrain{Mode: probe.DrainNone}))
+	cfg := config(t, load.ProtocolWebSocket, probe.StreamDrain{Mode: probe.DrainNone})
+	cfg.InClusterLoad, cfg.InClusterRate = 1, 20
+	r, s := trialStreams(t, cfg)
+	checkNone(t, r, s, "ingress")
+	if r.ClusterStreams == nil {
+		t.Fatalf("no ClusterIP stream record; runners %+v", r.Runners)
+	}
+	t.Logf("cluster streams: %+v", *r.ClusterStreams)
+	checkNone(t, r, r.ClusterStreams, "ClusterIP")
+}
+
+func checkNone(t *testing.T, r *results.Record, s *results.StreamTrial, path string) {
+	t.Helper()
+	if s.OpenAtSigterm == 0 {
+		t.Fatalf("%s: no stream open at SIGTERM", path)
+	}
 	if s.Graceful != 0 || s.Abrupt != s.OpenAtSigterm || s.Unclosed != 0 {
-		t.Errorf("closes %+v, want every stream ended abruptly", s.CloseKinds)
+		t.Errorf("%s: closes %+v, want every stream ended abruptly", path, s.CloseKinds)
 	}
 	if s.OpenAtWithdrawal == nil || *s.OpenAtWithdrawal != s.OpenAtSigterm || s.OutliveNS == nil || *s.OutliveNS <= 0 {
-		t.Errorf("open at withdrawal %v, outlive %v: want every stream still open after upstream_removed", s.OpenAtWithdrawal, s.OutliveNS)
+		t.Errorf("%s: open at withdrawal %v, outlive %v: want every stream still open after the withdrawal", path, s.OpenAtWithdrawal, s.OutliveNS)
 	}
 	exit, ok := r.Offset(results.StageContainerExit)
 	sig, _ := r.Offset(results.StageSigterm)
@@ -93,9 +111,9 @@ func TestNoneOutlivesWithdrawal(t *testing.T) {
 	}
 	last := sig + time.Duration(*s.LastCloseNS)
 	if d := last - exit; d > 50*time.Millisecond || d < -time.Duration(cfgShutdown) {
-		t.Errorf("last client close %s after T0, probe exit %s: want within 50 ms after the exit", last, exit)
+		t.Errorf("%s: last client close %s after T0, probe exit %s: want within 50 ms after the exit", path, last, exit)
 	}
-	if s.ProbeEnds[probe.EndProcessExit] < int64(s.OpenAtSigterm) {
+	if path == "ingress" && s.ProbeEnds[probe.EndProcessExit] < int64(s.OpenAtSigterm) {
 		t.Errorf("probe ends %v, want ≥ %d process_exit", s.ProbeEnds, s.OpenAtSigterm)
 	}
 }
