@@ -177,3 +177,20 @@ func TestGRPCWithoutH2C(t *testing.T) {
 		t.Errorf("%d trials ran", len(sink.Records))
 	}
 }
+
+// --stream-drain goaway through Traefik, gRPC: the probe's HTTP/2 GOAWAY
+// at SIGTERM stops new streams on Traefik's connection to it, but the
+// streams in flight go on (no close at SIGTERM: the first ends after the
+// release, seconds later) and end with status OK when the probe exits: no
+// client sees UNAVAILABLE, which only --stream-drain none gives.
+func TestGoawayLetsStreamsFinish(t *testing.T) {
+	_, s := trialStreams(t, config(t, load.ProtocolGRPC, probe.StreamDrain{Mode: probe.DrainGoaway}))
+	if s.Abrupt != 0 || s.CloseKinds["grpc_status 0"] != s.OpenAtSigterm {
+		t.Errorf("close kinds %v, want %d grpc_status 0 and no UNAVAILABLE", s.CloseKinds, s.OpenAtSigterm)
+	}
+	// The trial releases the probe after the quiet period (2 s) once the
+	// endpoint is withdrawn: well over a second after SIGTERM.
+	if s.FirstCloseNS == nil || time.Duration(*s.FirstCloseNS) < time.Second {
+		t.Errorf("first close %v after SIGTERM, want the streams to outlive the GOAWAY", s.FirstCloseNS)
+	}
+}
