@@ -184,12 +184,17 @@ func TestGRPCWithoutH2C(t *testing.T) {
 // release, seconds later) and end with status OK when the probe exits: no
 // client sees UNAVAILABLE, which only --stream-drain none gives.
 func TestGoawayLetsStreamsFinish(t *testing.T) {
-	_, s := trialStreams(t, config(t, load.ProtocolGRPC, probe.StreamDrain{Mode: probe.DrainGoaway}))
+	cfg := config(t, load.ProtocolGRPC, probe.StreamDrain{Mode: probe.DrainGoaway})
+	// GOAWAY comes with the listener closed (as grpc-go's GracefulStop),
+	// so POST /release cannot reach the probe: its hold ends the trial.
+	// 10 s keeps that short and still exceeds the 2 s quiet period.
+	cfg.Hold = 10 * time.Second
+	_, s := trialStreams(t, cfg)
 	if s.Abrupt != 0 || s.CloseKinds["grpc_status 0"] != s.OpenAtSigterm {
 		t.Errorf("close kinds %v, want %d grpc_status 0 and no UNAVAILABLE", s.CloseKinds, s.OpenAtSigterm)
 	}
-	// The trial releases the probe after the quiet period (2 s) once the
-	// endpoint is withdrawn: well over a second after SIGTERM.
+	// The probe exits at the end of its 10 s hold: well over a second
+	// after SIGTERM.
 	if s.FirstCloseNS == nil || time.Duration(*s.FirstCloseNS) < time.Second {
 		t.Errorf("first close %v after SIGTERM, want the streams to outlive the GOAWAY", s.FirstCloseNS)
 	}
