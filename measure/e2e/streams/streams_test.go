@@ -144,11 +144,16 @@ func TestCloseGRPCThroughTraefik(t *testing.T) {
 // --stream-drain close-jittered=5s through Skipper: closes spread over
 // [0, 5 s] after SIGTERM (the last ≤ 5.2 s: the probe's timer plus
 // delivery), all graceful with 1012, and the herd's busiest 100 ms holds
-// at most a quarter of the streams (close's holds ≥ 80%: see above). 20
-// uniform draws over 50 bins put more than 5 in one bin with probability
-// below 1e-4.
+// at most a quarter of the pod's streams (close's holds ≥ 80%: see above).
+// 60 streams over 3 replicas put about 20 on the deleted pod (7 of 20 did
+// in a first run, too few: two of 7 uniform draws land within 100 ms more
+// often than not); with k ≥ 12 draws uniform over 5 s, more than k/4 in
+// one sliding 100 ms window has probability below 1e-2 (Poisson rate
+// k/50 per window, about 50 windows).
 func TestCloseJitteredSpreadsTheHerd(t *testing.T) {
-	_, s := trialStreams(t, config(t, load.ProtocolWebSocket, probe.StreamDrain{Mode: probe.DrainCloseJittered, Spread: 5 * time.Second}))
+	cfg := config(t, load.ProtocolWebSocket, probe.StreamDrain{Mode: probe.DrainCloseJittered, Spread: 5 * time.Second})
+	cfg.Streams.N = 3 * streams
+	_, s := trialStreams(t, cfg)
 	if s.Abrupt != 0 || s.CloseKinds["ws_close 1012"] != s.OpenAtSigterm {
 		t.Errorf("close kinds %v, want %d ws_close 1012", s.CloseKinds, s.OpenAtSigterm)
 	}
