@@ -151,7 +151,9 @@ test: deps
 # req/s against a bare net/http handler and its heap under 10^6 requests from
 # 10^4 peers (hack/bench-probe.sh, about two minutes); and the cost of
 # stamping a watch event under a 5,000-endpoint Service on the local cluster
-# (hack/bench-stamp.sh, about 30 seconds); and on the local cluster the load
+# (hack/bench-stamp.sh, about 30 seconds); a 10,000-stream reconnect herd:
+# its open stamp delay and the client's RSS (hack/bench-streams.sh, about a
+# minute); and on the local cluster the load
 # generator's rate through a ClusterIP from a runner pod next to loopback,
 # and the highest rate it sustains through Skipper next to vegeta at that
 # rate (hack/benchclusterip, about 2 minutes).
@@ -159,12 +161,15 @@ bench: build cluster
 	hack/bench-load.sh
 	hack/bench-probe.sh
 	hack/bench-stamp.sh
+	hack/bench-streams.sh
 	$(GO) run ./hack/benchclusterip
 
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.
-# TRIALS=20 POLL=1s make demo to change the run. Before a first build it
-# says how long that takes on this machine (hack/build-estimate.sh).
+# TRIALS=20 POLL=1s make demo to change the run; STREAMS=200 make demo also
+# holds WebSocket streams and reports how they end (docs/streams.md). Before
+# a first build it says how long that takes on this machine
+# (hack/build-estimate.sh).
 .PHONY: build-estimate
 build-estimate:
 	@MAKE='$(MAKE)' hack/build-estimate.sh

@@ -3,10 +3,12 @@ module github.com/epwindow/epwindow
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/joshdk/go-junit v1.0.0
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.70.0
 	github.com/urfave/cli/v2 v2.27.7
+	google.golang.org/grpc v1.82.1
 	k8s.io/cli-runtime v0.37.2
 	mvdan.cc/sh/v3 v3.14.1
 )
@@ -19,6 +21,7 @@ require (
 	github.com/moby/term v0.5.2 // indirect
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 )
 
 require (
@@ -74,7 +77,7 @@ require (
 	golang.org/x/text v0.40.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	gonum.org/v1/gonum v0.17.0
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/protobuf v1.36.12
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/api v0.37.2

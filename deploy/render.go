@@ -110,6 +110,12 @@ type Params struct {
 	// to Gateway.
 	Route   string
 	Gateway GatewayRef
+	// StreamDrain is the probe's --stream-drain ("" leaves its default,
+	// none): how it ends its WebSocket and gRPC streams at termination.
+	StreamDrain string
+	// H2C annotates the Service for Traefik to reach the probe over h2c
+	// (AnnotationTraefikScheme): gRPC through Traefik needs it.
+	H2C bool
 	// RunID, when set, is the LabelRunID value on every object and pod, and
 	// part of the pods' selector.
 	RunID string
@@ -348,6 +354,12 @@ func (p Params) apply(wl *Workload) error {
 	sel := p.selector()
 	d.Spec.Selector.MatchLabels = sel
 	wl.Service.Spec.Selector = p.selector()
+	if p.H2C {
+		if wl.Service.Annotations == nil {
+			wl.Service.Annotations = map[string]string{}
+		}
+		wl.Service.Annotations[AnnotationTraefikScheme] = "h2c"
+	}
 	replicas := p.Replicas
 	d.Spec.Replicas = &replicas
 
@@ -428,7 +440,7 @@ func PreStopPath(d time.Duration) string {
 
 // probeFlags are the probe flags Render owns: any occurrence in the
 // manifest's command is replaced by the run's value.
-var probeFlags = []string{"--listen", "--listen-delay", "--hold", "--exit-on-sigterm", "--clock-offset"}
+var probeFlags = []string{"--listen", "--listen-delay", "--hold", "--exit-on-sigterm", "--clock-offset", "--stream-drain"}
 
 // command returns the manifest's command without the flags Render owns,
 // followed by the run's values of those flags.
@@ -460,8 +472,18 @@ func (p Params) command(base []string) []string {
 	if p.ListenDelay > 0 {
 		out = append(out, "--listen-delay="+p.ListenDelay.String())
 	}
+	if p.StreamDrain != "" {
+		out = append(out, "--stream-drain="+p.StreamDrain)
+	}
 	return out
 }
+
+// AnnotationTraefikScheme is the Service annotation by which Traefik picks
+// the scheme it speaks to the endpoints; h2c (HTTP/2 without TLS) is what
+// gRPC to a cleartext backend needs (traefik v3.6
+// pkg/provider/kubernetes/ingress/annotations.go, ServersScheme; without it
+// Traefik speaks HTTP/1.1 and a gRPC request fails).
+const AnnotationTraefikScheme = "traefik.ingress.kubernetes.io/service.serversscheme"
 
 // label adds the run's labels to m; withInstance also sets LabelInstance.
 func (p Params) label(m map[string]string, withInstance bool) {

@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -460,5 +461,29 @@ func TestKustomizeOnDisk(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestRenderStreams(t *testing.T) {
+	p := testParams()
+	p.StreamDrain, p.H2C = "close-jittered=5s", true
+	wl, err := Render(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := wl.Deployment.Spec.Template.Spec.Containers[0].Command
+	if !slices.Contains(args, "--stream-drain=close-jittered=5s") {
+		t.Errorf("probe args %q lack --stream-drain", args)
+	}
+	if got := wl.Service.Annotations[AnnotationTraefikScheme]; got != "h2c" {
+		t.Errorf("service annotation %s = %q, want h2c", AnnotationTraefikScheme, got)
+	}
+	p.StreamDrain, p.H2C = "", false
+	if wl, err = Render(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := wl.Service.Annotations[AnnotationTraefikScheme]; ok || slices.ContainsFunc(wl.Deployment.Spec.Template.Spec.Containers[0].Command,
+		func(a string) bool { return strings.HasPrefix(a, "--stream-drain") }) {
+		t.Errorf("streams off, yet rendered: %v %q", wl.Service.Annotations, wl.Deployment.Spec.Template.Spec.Containers[0].Command)
 	}
 }

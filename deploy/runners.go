@@ -35,6 +35,11 @@ type RunnerParams struct {
 	// idles, counted on the runner's own clock from its start (so clock
 	// skew between the tool and the node cannot move it).
 	Lifetime time.Duration
+	// Streams, StreamProtocol and Reconnect make each runner also hold
+	// long-lived streams to Target (measure --streams); 0: none.
+	Streams        int
+	StreamProtocol string
+	Reconnect      string
 }
 
 // RunnerSelector selects the runner pods of workload name (and run id).
@@ -81,6 +86,10 @@ func RunnerDeployment(wl *Workload, p Params, rp RunnerParams) (*appsv1.Deployme
 		"--rate=" + strconv.FormatFloat(rp.Rate, 'f', -1, 64),
 		"--deadline=" + rp.Lifetime.String(),
 		fmt.Sprintf("--stats-listen=:%d", DefaultStatsPort)}
+	if rp.Streams > 0 {
+		c.Command = append(c.Command, "--streams="+strconv.Itoa(rp.Streams),
+			"--stream-protocol="+rp.StreamProtocol, "--reconnect="+rp.Reconnect)
+	}
 	c.Env = []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},

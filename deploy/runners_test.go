@@ -86,3 +86,18 @@ func TestRunnerDeploymentRefuses(t *testing.T) {
 		}
 	}
 }
+
+func TestRunnerDeploymentStreams(t *testing.T) {
+	p := testParams()
+	wl := mustRender(t, p)
+	rp := testRunners()
+	rp.Streams, rp.StreamProtocol, rp.Reconnect = 50, "grpc", "grpc-default"
+	d, err := RunnerDeployment(wl, p, rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := strings.Join(d.Spec.Template.Spec.Containers[0].Command, " ")
+	if !strings.Contains(cmd, "--streams=50 --stream-protocol=grpc --reconnect=grpc-default") {
+		t.Errorf("runner command %q lacks the streams", cmd)
+	}
+}

@@ -36,9 +36,24 @@ kubeconfig=$(field kubeconfig)
 ingress=$(field ingress)
 routes=$(field routes)
 
-echo "==> epwindow measure: $TRIALS deletions through Skipper (polls the API every $POLL)"
+# STREAMS=200 make demo: also hold that many WebSocket streams through
+# Skipper (STREAM_PROTOCOL, STREAM_DRAIN and RECONNECT change how), so the
+# report has its "Long-lived connections" section (docs/streams.md).
+streams=()
+if [ -n "${STREAMS:-}" ]; then
+	streams=(--streams "$STREAMS" --stream-protocol "${STREAM_PROTOCOL:-websocket}"
+		--stream-drain "${STREAM_DRAIN:-close-jittered=3s}" --reconnect "${RECONNECT:-grpc-default}")
+fi
+
+echo "==> epwindow measure: $TRIALS deletions through Skipper (polls the API every $POLL)${STREAMS:+, $STREAMS streams}"
 bin/epwindow measure --kubeconfig "$kubeconfig" --url "$ingress" --ingress-class skipper \
-	--observer skipper --observer-url "$routes" --trials "$TRIALS" --quiet-period 2s --out "$out"
+	--observer skipper --observer-url "$routes" --trials "$TRIALS" --quiet-period 2s --out "$out" "${streams[@]}"
+
+if [ -n "${STREAMS:-}" ]; then
+	echo
+	echo "==> epwindow report (text, with the Long-lived connections section)"
+	bin/epwindow report "$out"
+fi
 
 echo
 echo "==> epwindow report --format markdown (what goes into the platform docs)"

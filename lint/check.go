@@ -183,6 +183,17 @@ func (ck *checker) pod(w *workload, selected bool) {
 			delay = d
 		}
 	}
+	if v, ok := w.annotations[AnnotationStreamDrain]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			ck.add(w.obj, RuleAnnotationSyntax, w.annotationPath(AnnotationStreamDrain),
+				"%s %q is not a duration such as 20s", AnnotationStreamDrain, v)
+		} else if d > t.Drain {
+			// Streams drain after SIGTERM alongside requests: the longer
+			// of the two is what the grace period must cover.
+			t.Drain = d
+		}
+	}
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
 		at := w.path("spec", "containers", i)

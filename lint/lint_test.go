@@ -141,7 +141,7 @@ func TestRules(t *testing.T) {
 // TestPositions pins line and column: the key the finding is about.
 func TestPositions(t *testing.T) {
 	findings := checkFile(t, filepath.Join("testdata", "rules", "EPW005.yaml"), testOptions())
-	want := []Position{{11, 5}, {34, 7}, {56, 11}}
+	want := []Position{{11, 5}, {34, 7}, {56, 11}, {81, 7}}
 	if len(findings) != len(want) {
 		t.Fatalf("got %d findings, want %d: %+v", len(findings), len(want), findings)
 	}
@@ -156,6 +156,11 @@ func TestPositions(t *testing.T) {
 	if !strings.Contains(findings[1].Message, "terminationGracePeriodSeconds 40 < preStop 20s + drain 20s + headroom 5s = 45s") ||
 		findings[1].Fix != "set terminationGracePeriodSeconds: 45" {
 		t.Errorf("grace finding: %q, fix %q", findings[1].Message, findings[1].Fix)
+	}
+	// epwindow.io/stream-drain: 30s replaces the 20 s drain.
+	if !strings.Contains(findings[3].Message, "< preStop 20s + drain 30s + headroom 5s = 55s") ||
+		findings[3].Fix != "set terminationGracePeriodSeconds: 55" {
+		t.Errorf("stream-drain finding: %q, fix %q", findings[3].Message, findings[3].Fix)
 	}
 }
 

@@ -188,7 +188,12 @@ func (x cel) variables() []admissionv1.Variable {
 		{Name: "serving", Expression: "variables.spec.containers.filter(c, has(c.ports) && size(c.ports) > 0)"},
 		{Name: "hooks", Expression: "variables.serving.map(c, " + x.hook() + ")"},
 		{Name: "grace", Expression: fmt.Sprintf("has(variables.spec.terminationGracePeriodSeconds) ? variables.spec.terminationGracePeriodSeconds : %d", defaultGraceSeconds)},
-		{Name: "needGrace", Expression: fmt.Sprintf("(variables.hooks.map(h, (h > 0 ? h : 0) + variables.delayCeil) + [%d]).max() + %d", t.PreStopSeconds(), t.TailSeconds())},
+		// epwindow.io/stream-drain replaces --drain when longer, as lint
+		// does: whole seconds, rounded up.
+		{Name: "streamDrain", Expression: x.annotation(strconv.Quote(AnnotationStreamDrain))},
+		{Name: "tail", Expression: fmt.Sprintf("variables.streamDrain.matches(%[1]s) && duration(variables.streamDrain) > duration('%[2]dns') ? (duration(variables.streamDrain) + duration('%[3]dns') + duration('999999999ns')).getSeconds() : %[4]d",
+			durRE, int64(t.Drain), int64(t.Headroom), t.TailSeconds())},
+		{Name: "needGrace", Expression: fmt.Sprintf("(variables.hooks.map(h, (h > 0 ? h : 0) + variables.delayCeil) + [%d]).max() + variables.tail", t.PreStopSeconds())},
 	}
 }
 

@@ -138,6 +138,11 @@ const (
 	// AnnotationDeregistrationDelay declares a TargetGroupBinding's target
 	// group deregistration delay (set in AWS, not in the cluster).
 	AnnotationDeregistrationDelay = "epwindow.io/deregistration-delay"
+	// AnnotationStreamDrain declares how long the app takes after SIGTERM
+	// to end its long-lived streams (WebSocket, gRPC): the U(stream drain)
+	// epwindow measure --streams reports. The grace period must cover
+	// preStop + max(drain, stream drain) + headroom.
+	AnnotationStreamDrain = "epwindow.io/stream-drain"
 	// WaiverPrefix + a rule's ID or name waives it for the object; the
 	// value is the reason and must not be empty.
 	WaiverPrefix = "lint.epwindow.io/"

@@ -203,6 +203,10 @@ type Config struct {
 	ClusterName string
 	Flags       map[string]string
 
+	// Streams are the long-lived connections held through --url
+	// (--streams; streams.go).
+	Streams StreamOptions
+
 	// Clock stamps every tool-clock stage.
 	Clock clock.WithTicker
 }
@@ -279,6 +283,15 @@ func (c *Config) Validate() error {
 	if c.Namespace != "" {
 		if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
 			add("--%s %q: not a namespace name: %s", FlagNamespace, c.Namespace, strings.Join(msgs, "; "))
+		}
+	}
+	if c.Streams.N > 0 || c.Streams.Protocol != "" {
+		nofile, err := openFileLimit()
+		if err == nil {
+			err = validateStreams(c.Streams, c.LoadMaxConns, nofile)
+		}
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.Clock == nil {

@@ -64,8 +64,10 @@ type runner struct {
 	tracker   *upstream.Tracker
 	heartbeat *heartbeat
 	gen       *load.Generator
-	probes    probeAPI
-	progress  func(Progress)
+	// streams holds --streams streams (nil without).
+	streams  *load.StreamHolder
+	probes   probeAPI
+	progress func(Progress)
 	// params rendered wl; runnerDep is the in-cluster runners' Deployment
 	// (nil without --in-cluster-load), runners reads them.
 	params    deploy.Params
@@ -127,6 +129,10 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		PreStop: cfg.PreStop, PreStopSleep: cfg.PreStopSleep, ExitOnSigterm: cfg.ExitOnSigterm,
 		ClockOffset: cfg.ProbeClockOffset, RunID: r.runID,
 		ListenDelay: cfg.ProbeListenDelay, NoReadiness: cfg.NoReadiness,
+	}
+	if cfg.Streams.N > 0 {
+		r.params.StreamDrain = cfg.Streams.Drain.String()
+		r.params.H2C = cfg.Streams.Protocol == load.ProtocolGRPC
 	}
 	wl, err := deploy.Render(r.params)
 	if err != nil {
@@ -282,6 +288,11 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 
 	if err := r.waitSteady(ctx); err != nil {
 		return err
+	}
+	if cfg.Streams.N > 0 {
+		if err := r.startStreams(ctx, g.Go); err != nil {
+			return err
+		}
 	}
 	h := &results.Header{
 		Kind: results.KindHeader, Schema: results.SchemaVersion, ToolVersion: cfg.ToolVersion,

@@ -114,8 +114,13 @@ func (r *runner) renderRunners(svc *corev1.Service) (*appsv1.Deployment, error) 
 	if err != nil {
 		return nil, err
 	}
-	return deploy.RunnerDeployment(r.wl, r.params, deploy.RunnerParams{Count: r.cfg.InClusterLoad, Target: target,
-		Rate: r.cfg.InClusterRate, Lifetime: runnersLifetime(r.cfg, r.grace())})
+	rp := deploy.RunnerParams{Count: r.cfg.InClusterLoad, Target: target,
+		Rate: r.cfg.InClusterRate, Lifetime: runnersLifetime(r.cfg, r.grace())}
+	if s := r.cfg.Streams; s.N > 0 {
+		// Each runner holds the run's streams through the ClusterIP too.
+		rp.Streams, rp.StreamProtocol, rp.Reconnect = s.N, s.Protocol, s.Reconnect.String()
+	}
+	return deploy.RunnerDeployment(r.wl, r.params, rp)
 }
 
 func (r *runner) runnerSelector() labels.Selector {

@@ -78,6 +78,15 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful drain of in-flight requests
 	// (--shutdown-timeout); connections still busy after it are closed.
 	ShutdownTimeout time.Duration
+	// StreamDrain is what happens to open streams at termination
+	// (--stream-drain; zero: none). See streams.go.
+	StreamDrain StreamDrain
+	// StreamInterval is the period of each stream's message
+	// (--stream-interval; zero: DefaultStreamInterval).
+	StreamInterval time.Duration
+	// MaxStreamRecords caps the ended streams kept individually
+	// (--max-stream-records).
+	MaxStreamRecords int
 	// Clock is the probe's clock; nil means the real one. Tests inject a fake.
 	Clock clock.Clock
 }
@@ -111,6 +120,12 @@ func (c Config) Validate() error {
 	}
 	if n := btoi(c.IgnoreSigterm) + btoi(c.ExitOnSigterm) + btoi(c.RefuseOnSigterm); n > 1 {
 		errs = append(errs, errors.New("--ignore-sigterm, --exit-on-sigterm and --refuse-on-sigterm exclude each other"))
+	}
+	if c.StreamInterval < 0 {
+		errs = append(errs, fmt.Errorf("--stream-interval (%s) must not be negative", c.StreamInterval))
+	}
+	if c.MaxStreamRecords < 0 {
+		errs = append(errs, fmt.Errorf("--max-stream-records (%d) must not be negative", c.MaxStreamRecords))
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout (%s) must be positive", c.ShutdownTimeout))
@@ -185,6 +200,7 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 		podBody:  []byte(cfg.PodName + "\n"),
 		released: make(chan struct{}),
 	}
+	p.streams = newStreamHub(cfg, clk, p.rec)
 	if !p.waitToListen(ctx, sigterm) {
 		return nil
 	}
@@ -194,8 +210,15 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 		return err
 	}
 	opened := p.rec.ListenerOpen()
+	// HTTP/1.1 and h2c (prior knowledge) on the one port: gRPC streams and
+	// an ingress's h2c backend connections (Traefik's serversscheme h2c)
+	// arrive as HTTP/2 without TLS.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
-		Handler:     p,
+		Handler:     p.streams.handler(p),
+		Protocols:   &protocols,
 		ConnContext: p.connContext,
 		// No ReadHeaderTimeout: net/http arms and disarms a read deadline
 		// for it on every request (readRequest in net/http server.go, two
@@ -219,7 +242,7 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 		"exit_on_sigterm", cfg.ExitOnSigterm, "ignore_sigterm", cfg.IgnoreSigterm, "clock_offset", cfg.ClockOffset.String())
 
 	fail := func(err error) error {
-		srv.Close()
+		p.stop(ctx, srv)
 		p.finish("serve failed")
 		return fmt.Errorf("serve on %s: %w", ln.Addr(), err)
 	}
@@ -229,7 +252,7 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 	case err := <-serveErr:
 		return fail(err)
 	case <-ctx.Done():
-		srv.Close()
+		p.stop(ctx, srv)
 		p.finish("stopped before sigterm")
 		return nil
 	case <-sigterm:
@@ -243,12 +266,25 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 		case err := <-serveErr:
 			return fail(err)
 		case <-ctx.Done():
-			srv.Close()
+			p.stop(ctx, srv)
 			p.finish("stopped while ignoring sigterm")
 			return nil
 		}
 	}
 	p.terminating.Store(true)
+	p.streams.sigterm(at)
+	if cfg.StreamDrain.Mode == DrainGoaway && !cfg.ExitOnSigterm {
+		// GOAWAY on every HTTP/2 connection: net/http's Shutdown starts the
+		// HTTP/2 server's graceful shutdown (h2_bundle.go,
+		// startGracefulShutdown), which also closes the listener, as
+		// grpc-go's GracefulStop does. It returns once the streams have
+		// ended (at exit); Serve returns now, as expected.
+		goaway, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		go func() { _ = srv.Shutdown(goaway) }()
+		serveErr = nil
+		log.Info("goaway", "at", at)
+	}
 
 	if cfg.ExitOnSigterm || cfg.RefuseOnSigterm {
 		// Close the listener before anything else, so that new connections
@@ -258,6 +294,7 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 		log.Info("sigterm", "at", at, "exit_on_sigterm", cfg.ExitOnSigterm, "refuse_on_sigterm", cfg.RefuseOnSigterm,
 			"listener_closed", true, "hold", cfg.Hold.String())
 		if cfg.ExitOnSigterm {
+			p.endStreams(ctx)
 			p.shutdown(ctx, srv)
 			p.finish("exit on sigterm")
 			return nil
@@ -278,10 +315,11 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 	case err := <-serveErr:
 		return fail(err)
 	case <-ctx.Done():
-		srv.Close()
+		p.stop(ctx, srv)
 		p.finish("stopped during hold")
 		return nil
 	}
+	p.endStreams(ctx)
 	p.shutdown(ctx, srv)
 	p.finish("drained")
 	return nil
@@ -292,6 +330,7 @@ type server struct {
 	cfg         Config
 	clk         clock.Clock
 	rec         *Recorder
+	streams     *streamHub
 	log         *slog.Logger
 	podValue    []string // shared header value; net/http never mutates it
 	podBody     []byte
@@ -342,10 +381,33 @@ func (p *server) shutdown(ctx context.Context, srv *http.Server) {
 	srv.Close()
 }
 
+// endStreams ends the open streams as --stream-drain says, within
+// cfg.ShutdownTimeout: net/http's Shutdown neither knows hijacked WebSocket
+// connections nor ends a gRPC stream that never finishes by itself.
+func (p *server) endStreams(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
+	defer cancel()
+	p.streams.exit(ctx)
+}
+
+// stop is "stop now": open streams end at once (reset with
+// --stream-drain none), then every connection is closed.
+func (p *server) stop(ctx context.Context, srv *http.Server) {
+	p.endStreams(context.WithoutCancel(ctx))
+	srv.Close()
+}
+
+// timeline is the recorder's timeline with the stream log.
+func (p *server) timeline() Timeline {
+	tl := p.rec.Timeline()
+	tl.Streams = p.streams.log()
+	return tl
+}
+
 // finish stamps Exit, writes the termination message and logs the exit.
 func (p *server) finish(reason string) {
 	at := p.rec.Exit()
-	tl := p.rec.Timeline()
+	tl := p.timeline()
 	if path := p.cfg.TerminationLog; path != "" {
 		if err := WriteTerminationLog(path, tl); err != nil {
 			p.log.Warn("termination message not written", "err", err.Error())
@@ -361,6 +423,7 @@ type connKey struct{}
 // connContext stamps the accept: http.Server calls it on its accept loop
 // right after Listener.Accept returns (net/http server.go, Serve).
 func (p *server) connContext(ctx context.Context, c net.Conn) context.Context {
+	ctx = context.WithValue(ctx, netConnKey{}, c)
 	return context.WithValue(ctx, connKey{}, p.rec.Accept(peerAddr(c)))
 }
 
@@ -396,7 +459,7 @@ func (p *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !getOrHead(w, r) {
 			return
 		}
-		b, err := json.Marshal(p.rec.Timeline())
+		b, err := json.Marshal(p.timeline())
 		if err != nil {
 			http.Error(w, "encode timeline", http.StatusInternalServerError)
 			return

@@ -33,6 +33,11 @@ func ParseTimeline(b []byte) (Timeline, error) {
 // instants always stay.
 func TerminationMessage(tl Timeline) ([]byte, error) {
 	all := tl.Peers
+	if tl.Streams != nil {
+		counts := *tl.Streams
+		counts.Records = nil
+		tl.Streams = &counts
+	}
 	fits := func(n int) ([]byte, bool, error) {
 		t := tl
 		t.Peers = all[:n:n]

@@ -84,6 +84,10 @@ type Timeline struct {
 	Peers         []Peer `json:"peers,omitempty"`
 	PeersOverflow int64  `json:"peers_overflow,omitempty"`
 	PeersOmitted  int    `json:"peers_omitted,omitempty"`
+
+	// Streams is the WebSocket and gRPC stream record (streams.go); the
+	// termination message carries its counts, not its records.
+	Streams *StreamLog `json:"streams,omitempty"`
 }
 
 // Peer is what one peer IP address sent; its instants are stamped as the

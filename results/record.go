@@ -153,9 +153,14 @@ type Record struct {
 	// whose writes the slice stages are; SliceWrites counts the writes of
 	// the Service's slices delivered while the trial ran (additive within
 	// schema 2).
-	Slice       string  `json:"slice,omitempty"`
-	SliceWrites int     `json:"slice_writes,omitempty"`
-	Stages      []Stage `json:"stages"`
+	Slice       string `json:"slice,omitempty"`
+	SliceWrites int    `json:"slice_writes,omitempty"`
+	// Streams is the trial's long-lived connections through the ingress
+	// (measure --streams, streams.go), ClusterStreams the in-cluster
+	// runners' through the ClusterIP; additive within version 2.
+	Streams        *StreamTrial `json:"streams,omitempty"`
+	ClusterStreams *StreamTrial `json:"cluster_streams,omitempty"`
+	Stages         []Stage      `json:"stages"`
 }
 
 // Runner is one in-cluster load runner as a trial saw it: a pod that sends

@@ -380,6 +380,9 @@ func NewTextReporterWidth(s *Summary, width int) Reporter {
 				}
 			}
 		}
+		if e.err == nil {
+			e.err = s.streamsSection(w)
+		}
 		if c := s.Caveats(); len(c) > 0 {
 			e.printf("\ncaveats\n")
 			for _, l := range c {

@@ -59,6 +59,9 @@ measure --in-cluster-load runs it in pods and reads these through the API server
 			&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, so every request is routed anew)"},
 			&cli.DurationFlag{Name: flagLoadTimeout, Value: 5 * time.Second, Usage: "timeout of one request"},
 			&cli.IntFlag{Name: flagLoadMaxConns, Usage: "most requests in flight; more are counted as dropped (default: rate × timeout)"},
+			&cli.IntFlag{Name: measure.FlagStreams, Usage: "also hold this many long-lived streams to --url (events in /stats)"},
+			&cli.StringFlag{Name: measure.FlagStreamProtocol, Usage: "websocket or grpc, with --streams"},
+			&cli.StringFlag{Name: measure.FlagReconnect, Value: load.ReconnectGRPCDefault, Usage: "re-open policy of the streams: grpc-default, immediate, DUR±JITTER"},
 			&cli.StringFlag{Name: flagPodName, EnvVars: []string{"POD_NAME"}, Usage: "name reported in /stats"},
 			&cli.StringFlag{Name: flagNodeName, EnvVars: []string{"NODE_NAME"}, Usage: "node reported in /stats"},
 		},
@@ -75,6 +78,14 @@ func loadConfig(c *cli.Context, now time.Time) (load.RunnerConfig, error) {
 		StatsListen: c.String(flagStatsListen),
 		Pod:         c.String(flagPodName),
 		Node:        c.String(flagNodeName),
+	}
+	if n := c.Int(measure.FlagStreams); n != 0 || c.String(measure.FlagStreamProtocol) != "" {
+		rc, err := load.ParseReconnect(c.String(measure.FlagReconnect))
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Streams = &load.StreamConfig{URL: cfg.Load.URL, Host: cfg.Load.Host, Protocol: c.String(measure.FlagStreamProtocol),
+			Streams: n, Reconnect: rc}
 	}
 	if s := c.String(flagDeadline); s != "" {
 		d, err := load.ParseDeadline(s, now)

@@ -117,6 +117,10 @@ func measureFlags() []cli.Flag {
 		&cli.IntFlag{Name: measure.FlagInClusterLoad, Usage: "also run this many load runners in the run's namespace, one per node, sending to the probe Service's ClusterIP (the kube-proxy path), timed as cluster_last_routed beside the ingress path; 0 = none", Category: "Load"},
 		&cli.Float64Flag{Name: measure.FlagInClusterRate, Value: 50, Usage: fmt.Sprintf("requests per second of each in-cluster runner (at most %d)", load.MaxRate), Category: "Load"},
 		&cli.StringFlag{Name: measure.FlagKubeProxyMetrics, Usage: "kube-proxy's metrics URL (its --metrics-bind-address, /metrics); when reachable, the results header records its sync duration and network-programming figures", Category: "Load"},
+		&cli.IntFlag{Name: measure.FlagStreams, Usage: "long-lived streams to hold open through --url (needs --stream-protocol); see docs/streams.md", Category: "Streams"},
+		&cli.StringFlag{Name: measure.FlagStreamProtocol, Usage: "websocket or grpc (gRPC over h2c)", Category: "Streams"},
+		&cli.StringFlag{Name: measure.FlagStreamDrain, Value: "none", Usage: "how the probe ends its streams: none, close, close-jittered=DUR, goaway", Category: "Streams"},
+		&cli.StringFlag{Name: measure.FlagReconnect, Value: load.ReconnectGRPCDefault, Usage: "clients' re-open policy: grpc-default (1s×1.6, ±20%, ≤120s), immediate, DUR±JITTER", Category: "Streams"},
 		&cli.StringFlag{Name: flagLoadMethod, Value: "GET", Usage: "GET, or POST: ingress controllers retry a refused GET on another pod but never a request with a body, so POST shows the 502s of non-idempotent APIs", Category: "Load"},
 		&cli.DurationFlag{Name: flagLoadTimeout, Value: 5 * time.Second, Usage: "timeout of one load request", Category: "Load"},
 		&cli.IntFlag{Name: flagLoadMaxConns, Usage: "most load requests in flight; more are counted as dropped (default: rate × timeout)", Category: "Load"},
@@ -191,6 +195,9 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		ToolVersion: version,
 		Flags:       givenFlags(c),
 		Clock:       clock.RealClock{},
+	}
+	if cfg.Streams, err = streamOptions(c); err != nil {
+		return cfg, err
 	}
 	if s := c.String(measure.FlagURL); s != "" {
 		u, err := url.Parse(s)

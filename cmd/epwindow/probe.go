@@ -27,6 +27,9 @@ const (
 	flagTerminationLog    = "termination-log"
 	flagMaxPeers          = "max-peers"
 	flagShutdownTimeout   = "shutdown-timeout"
+	flagStreamDrain       = "stream-drain"
+	flagStreamInterval    = "stream-interval"
+	flagMaxStreamRecords  = "max-stream-records"
 )
 
 func probeCommand() *cli.Command {
@@ -56,6 +59,12 @@ Control endpoints, counted apart from traffic:
    GET  /prestop   the preStop httpGet target: stamps prestop_called;
                    ?sleep=5s sleeps before answering
    POST /release   ends the hold
+
+Streams, counted as traffic and recorded one by one in /timeline:
+   GET  /stream    WebSocket: a text message "POD SEQ UNIXNS" every --stream-interval
+   gRPC            /epwindow.v1.Streams/Watch over h2c on the same port
+                   (Empty in, StringValue messages out, header x-epwindow-pod)
+--stream-drain says how they end when the pod terminates.
 
 On SIGTERM or SIGINT it keeps accepting and serving until POST /release or
 until --hold has passed, then drains in-flight requests (up to
@@ -88,6 +97,9 @@ read-only root filesystem. Logs are JSON lines on stderr, one per state change
 			&cli.StringFlag{Name: flagTerminationLog, Value: probe.DefaultTerminationLog, Usage: "file the record is written to at exit (empty: none)"},
 			&cli.IntFlag{Name: flagMaxPeers, Value: probe.DefaultMaxPeers, Usage: "peer IP addresses recorded individually; further peers are only counted"},
 			&cli.DurationFlag{Name: flagShutdownTimeout, Value: probe.DefaultShutdownTimeout, Usage: "how long in-flight requests may take to finish at exit"},
+			&cli.StringFlag{Name: flagStreamDrain, Value: string(probe.DrainNone), Usage: "open WebSocket/gRPC streams at termination: none (reset at exit), close (at SIGTERM), close-jittered=DUR (spread over DUR), goaway (GOAWAY / 1001, streams end at exit)"},
+			&cli.DurationFlag{Name: flagStreamInterval, Value: probe.DefaultStreamInterval, Usage: "period of the message on each open stream"},
+			&cli.IntFlag{Name: flagMaxStreamRecords, Value: probe.DefaultMaxStreamRecords, Usage: "ended streams recorded individually in /timeline; older ones are only counted"},
 		},
 		Action: runProbe,
 	}
@@ -108,7 +120,14 @@ func probeConfig(c *cli.Context) (probe.Config, error) {
 		TerminationLog:    c.String(flagTerminationLog),
 		MaxPeers:          c.Int(flagMaxPeers),
 		ShutdownTimeout:   c.Duration(flagShutdownTimeout),
+		StreamInterval:    c.Duration(flagStreamInterval),
+		MaxStreamRecords:  c.Int(flagMaxStreamRecords),
 	}
+	drain, err := probe.ParseStreamDrain(c.String(flagStreamDrain))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.StreamDrain = drain
 	if cfg.PodName == "" {
 		host, err := os.Hostname()
 		if err != nil {

@@ -55,6 +55,9 @@ type RunnerConfig struct {
 	OnIdle func(at time.Time)
 	// Pod and Node name the runner in its Stats.
 	Pod, Node string
+	// Streams, if set, are long-lived streams the runner also holds to
+	// Load.URL (epwindow load --streams); their events are in its Stats.
+	Streams *StreamConfig
 }
 
 // Validate checks c at now; messages name the flag of epwindow load.
@@ -79,6 +82,12 @@ func (c RunnerConfig) Validate(now time.Time) error {
 	}
 	if c.Deadline.Sub(now) > MaxLifetime {
 		return fmt.Errorf("--deadline %s is more than %s ahead", c.Deadline.Format(time.RFC3339), MaxLifetime)
+	}
+	if c.Streams != nil {
+		if c.Streams.URL != c.Load.URL {
+			return errors.New("the streams go to --url")
+		}
+		return c.Streams.Validate()
 	}
 	return nil
 }
@@ -125,6 +134,10 @@ type Stats struct {
 	Failures map[string]int `json:"failures,omitempty"`
 	// Pods is what the runner saw of each probe pod (by X-Epwindow-Pod).
 	Pods []PodReport `json:"pods"`
+	// Streams are the runner's stream events (epwindow load --streams),
+	// on its clock; StreamsDropped counts those its log had no room for.
+	Streams        []StreamEvent `json:"streams,omitempty"`
+	StreamsDropped int64         `json:"streams_dropped,omitempty"`
 }
 
 // PodReport is PodStats as JSON: instants on the runner's clock, the skew
@@ -169,16 +182,17 @@ func ParseStats(b []byte) (Stats, error) {
 	return s, nil
 }
 
-// StatsHandler serves the runner's endpoints for g: /stats, /clock and
-// /healthz; anything else is 404. Instants come from clk.
-func StatsHandler(g *Generator, cfg RunnerConfig, clk clock.PassiveClock) http.Handler {
-	return statsHandler(g, cfg, clk, &idleState{})
+// StatsHandler serves the runner's endpoints for g (and its streams' h,
+// nil without): /stats, /clock and /healthz; anything else is 404. Instants
+// come from clk.
+func StatsHandler(g *Generator, h *StreamHolder, cfg RunnerConfig, clk clock.PassiveClock) http.Handler {
+	return statsHandler(g, h, cfg, clk, &idleState{})
 }
 
 // statsHandler is StatsHandler for a runner that may go idle: once idle,
 // /healthz answers 503 (the pod turns unready, so anyone listing it sees
 // it has stopped) and /stats says since when.
-func statsHandler(g *Generator, cfg RunnerConfig, clk clock.PassiveClock, idle *idleState) http.Handler {
+func statsHandler(g *Generator, h *StreamHolder, cfg RunnerConfig, clk clock.PassiveClock, idle *idleState) http.Handler {
 	reply := func(w http.ResponseWriter, v any) {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -213,6 +227,9 @@ func statsHandler(g *Generator, cfg RunnerConfig, clk clock.PassiveClock, idle *
 			s.Pods = append(s.Pods, podReport(ps))
 		}
 		s.IdleSince = idle.get()
+		if h != nil {
+			s.Streams, s.StreamsDropped = h.Events()
+		}
 		s.Now = clk.Now() // last: every instant above is at or before it
 		reply(w, s)
 	})
@@ -244,12 +261,26 @@ func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready fun
 	if err != nil {
 		return fmt.Errorf("--stats-listen %s: %w", cfg.StatsListen, err)
 	}
+	var h *StreamHolder
+	if cfg.Streams != nil {
+		if h, err = NewStreamHolder(*cfg.Streams, clk); err != nil {
+			return err
+		}
+	}
 	idle := &idleState{}
-	srv := &http.Server{Handler: statsHandler(g, cfg, clk, idle), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: statsHandler(g, h, cfg, clk, idle), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	generated := make(chan error, 1)
 	go func() { generated <- g.Run(gctx) }()
+	// The streams stop with the load: at the deadline, or when told to.
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		if h != nil {
+			_ = h.Run(gctx)
+		}
+	}()
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -269,6 +300,7 @@ func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready fun
 	if err := <-generated; err != nil && runErr == nil {
 		runErr = err
 	}
+	<-held
 	if runErr != nil || ctx.Err() != nil {
 		shutdown()
 		return runErr

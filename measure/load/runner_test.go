@@ -101,7 +101,7 @@ func TestStatsHandler(t *testing.T) {
 		g.hit(context.Background(), clk.Now())
 	}
 	clk.SetTime(t0.Add(5 * time.Second))
-	h := StatsHandler(g, cfg, clk)
+	h := StatsHandler(g, nil, cfg, clk)
 
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, PathStats, nil))

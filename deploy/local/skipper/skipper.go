@@ -65,6 +65,11 @@ func Args(cfg Config, proxyPort, supportPort int) []string {
 		// Do not open the proxy port before the first route table is in.
 		"-wait-first-route-load",
 		"-access-log-disabled",
+		// Skipper proxies an Upgrade (WebSocket) request only with this on
+		// (config/config.go ExperimentalUpgrade; proxy/proxy.go hands such
+		// requests to its upgradeProxy): epwindow measure --streams
+		// --stream-protocol websocket needs it.
+		"-experimental-upgrade",
 	}
 }
 

@@ -41,7 +41,7 @@ func TestArgs(t *testing.T) {
 			t.Errorf("-%s = %q, want %q", k, flags[k], v)
 		}
 	}
-	for _, b := range []string{"kubernetes", "enable-kubernetes-endpointslices"} {
+	for _, b := range []string{"kubernetes", "enable-kubernetes-endpointslices", "experimental-upgrade"} {
 		if _, ok := flags[b]; !ok {
 			t.Errorf("-%s missing", b)
 		}

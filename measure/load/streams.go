@@ -1,0 +1,444 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/utils/clock"
+
+	"github.com/epwindow/epwindow/probe"
+)
+
+// Stream event kinds.
+const (
+	// EventOpen: a stream is established (WebSocket 101 read; gRPC response
+	// header read), Pod is who serves it.
+	EventOpen = "open"
+	// EventClose: an open stream ended; How and Code say how.
+	EventClose = "close"
+	// EventFail: an attempt to (re-)open a stream failed; How is the kind
+	// (status_502, refused, timeout, ...).
+	EventFail = "fail"
+)
+
+// How a stream ended, seen from the client. Graceful ends carry the close
+// code (WebSocket) or gRPC status code in Code.
+const (
+	// CloseWS: a WebSocket close frame arrived (Code: 1001, 1012, ...).
+	CloseWS = "ws_close"
+	// CloseGRPCStatus: a gRPC stream ended with a status the server sent
+	// (trailers; Code 0 = OK).
+	CloseGRPCStatus = "grpc_status"
+	// CloseEOF: the connection ended without a close frame or trailers
+	// (a WebSocket 1006 in browser terms; gRPC UNAVAILABLE).
+	CloseEOF = KindEOF
+	// CloseReset: the connection was reset (RST).
+	CloseReset = KindReset
+	// CloseTimeout: a read timed out.
+	CloseTimeout = KindTimeout
+	// CloseOther: any other error.
+	CloseOther = KindOther
+)
+
+// Graceful reports whether a client-side close kind is graceful (a close
+// frame or a server status), as opposed to abrupt.
+func Graceful(how string) bool { return how == CloseWS || how == CloseGRPCStatus }
+
+// StreamEvent is one open, close or failed attempt of one stream slot. At
+// is stamped at the door: right after the library call that saw it
+// returned, before any lock or channel.
+type StreamEvent struct {
+	Slot int       `json:"slot"`
+	Kind string    `json:"kind"`
+	At   time.Time `json:"at"`
+	Pod  string    `json:"pod,omitempty"`
+	How  string    `json:"how,omitempty"`
+	// Code is the WebSocket close code or gRPC status code of a graceful
+	// close; -1 when there is none.
+	Code int `json:"code"`
+	// Messages counts the messages the stream carried (close events).
+	Messages int64 `json:"messages,omitempty"`
+	// LastMessage is when its last message arrived (close events).
+	LastMessage time.Time `json:"last_message,omitzero"`
+	// ServerTime is the probe's clock as it accepted a WebSocket stream
+	// (X-Epwindow-Time of the 101; open events): At − ServerTime is the
+	// handshake's delay plus the clock skew.
+	ServerTime time.Time `json:"server_time,omitzero"`
+	// Detail is the error text of a close or failure, for humans.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Stream protocols (--stream-protocol).
+const (
+	ProtocolWebSocket = probe.ProtoWebSocket
+	ProtocolGRPC      = probe.ProtoGRPC
+)
+
+// StreamConfig is what a StreamHolder holds open.
+type StreamConfig struct {
+	// URL is where the streams go (--url): http or https; a WebSocket goes
+	// to its host at probe.PathStream, a gRPC stream to its host:port.
+	URL string
+	// Host, if set, is the Host header (WebSocket) or :authority (gRPC).
+	Host string
+	// Protocol is ProtocolWebSocket or ProtocolGRPC.
+	Protocol string
+	// Streams is how many streams to hold open (--streams).
+	Streams int
+	// Reconnect is the policy for re-opening an ended stream.
+	Reconnect Reconnect
+	// DialTimeout bounds one attempt to open a stream; DefaultTimeout if 0.
+	DialTimeout time.Duration
+	// MaxEvents caps the events kept (EventsDropped counts the rest);
+	// DefaultMaxStreamEvents if zero.
+	MaxEvents int
+}
+
+// DefaultMaxStreamEvents bounds a holder's event log (≈ 150 bytes each).
+const DefaultMaxStreamEvents = 1 << 20
+
+// Validate reports the first problem, naming the flag to change.
+func (c StreamConfig) Validate() error {
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--url %q: want http(s)://host[:port]/ for the streams", c.URL)
+	}
+	if c.Protocol != ProtocolWebSocket && c.Protocol != ProtocolGRPC {
+		return fmt.Errorf("--stream-protocol %q: want websocket or grpc", c.Protocol)
+	}
+	if c.Streams <= 0 {
+		return fmt.Errorf("--streams (%d) must be positive", c.Streams)
+	}
+	if c.DialTimeout < 0 || c.MaxEvents < 0 {
+		return errors.New("stream dial timeout and event cap must not be negative")
+	}
+	return nil
+}
+
+// StreamHolder holds StreamConfig.Streams streams open, re-opens each as it
+// ends by the Reconnect policy, and logs every open, close and failed
+// attempt. Per-message state is two words per slot; the event log is capped.
+type StreamHolder struct {
+	cfg    StreamConfig
+	clk    clock.PassiveClock
+	target string // ws://host/stream or host:port
+
+	open     atomic.Int64
+	messages atomic.Int64
+
+	mu      sync.Mutex
+	events  []StreamEvent
+	dropped int64
+}
+
+// NewStreamHolder checks cfg and builds a holder on clk.
+func NewStreamHolder(cfg StreamConfig, clk clock.PassiveClock) (*StreamHolder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultTimeout
+	}
+	if cfg.MaxEvents == 0 {
+		cfg.MaxEvents = DefaultMaxStreamEvents
+	}
+	if cfg.Reconnect.Policy == "" {
+		cfg.Reconnect.Policy = ReconnectGRPCDefault
+	}
+	u, _ := url.Parse(cfg.URL)
+	h := &StreamHolder{cfg: cfg, clk: clk}
+	if cfg.Protocol == ProtocolWebSocket {
+		scheme := "ws"
+		if u.Scheme == "https" {
+			scheme = "wss"
+		}
+		h.target = scheme + "://" + u.Host + probe.PathStream
+	} else {
+		h.target = u.Host
+		if u.Port() == "" {
+			h.target = u.Hostname() + ":80"
+		}
+	}
+	return h, nil
+}
+
+// Open is how many streams are open now.
+func (h *StreamHolder) Open() int64 { return h.open.Load() }
+
+// Messages is how many stream messages have arrived.
+func (h *StreamHolder) Messages() int64 { return h.messages.Load() }
+
+// Events is a copy of the event log and how many events did not fit it.
+func (h *StreamHolder) Events() ([]StreamEvent, int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]StreamEvent(nil), h.events...), h.dropped
+}
+
+func (h *StreamHolder) log(e StreamEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.events) >= h.cfg.MaxEvents {
+		h.dropped++
+		return
+	}
+	h.events = append(h.events, e)
+}
+
+// Run holds the streams until ctx ends, then closes them (a normal close
+// from the client) and returns nil.
+func (h *StreamHolder) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for slot := range h.cfg.Streams {
+		wg.Go(func() { h.slot(ctx, slot) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// slot keeps one stream open: open, read until it ends, wait by the
+// policy, again.
+func (h *StreamHolder) slot(ctx context.Context, slot int) {
+	failures := 0
+	for ctx.Err() == nil {
+		ok := h.once(ctx, slot)
+		if ctx.Err() != nil {
+			return
+		}
+		if ok {
+			failures = 0
+		}
+		wait := h.cfg.Reconnect.Wait(failures, uniform())
+		if !ok {
+			failures++
+		}
+		if wait <= 0 {
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// once opens one stream and reads it to its end; it reports whether the
+// stream opened.
+func (h *StreamHolder) once(ctx context.Context, slot int) bool {
+	if h.cfg.Protocol == ProtocolWebSocket {
+		return h.onceWebSocket(ctx, slot)
+	}
+	return h.onceGRPC(ctx, slot)
+}
+
+func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int) bool {
+	dctx, cancel := context.WithTimeout(ctx, h.cfg.DialTimeout)
+	opts := &websocket.DialOptions{}
+	if h.cfg.Host != "" {
+		opts.Host = h.cfg.Host
+	}
+	c, resp, err := websocket.Dial(dctx, h.target, opts)
+	at := h.clk.Now()
+	cancel()
+	if err != nil {
+		kind := classify(err)
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			kind = statusKind(resp.StatusCode)
+		}
+		h.log(StreamEvent{Slot: slot, Kind: EventFail, At: at, How: kind, Code: -1, Detail: err.Error()})
+		return false
+	}
+	defer c.CloseNow()
+	pod := resp.Header.Get(probe.HeaderPod)
+	var server time.Time
+	if ns, err := strconv.ParseInt(resp.Header.Get(probe.HeaderTime), 10, 64); err == nil {
+		server = time.Unix(0, ns)
+	}
+	h.hold(ctx, slot, StreamEvent{Slot: slot, Kind: EventOpen, At: at, Pod: pod, Code: -1, ServerTime: server}, func() error {
+		_, _, err := c.Read(ctx)
+		return err
+	}, func(err error) (string, int) {
+		if code := websocket.CloseStatus(err); code >= 0 {
+			return CloseWS, int(code)
+		}
+		return classify(err), -1
+	})
+	return true
+}
+
+// hold logs the open of a stream, reads it with read until it fails, and
+// logs its close as ended says; a close by ctx (the holder stopping) is
+// not logged.
+func (h *StreamHolder) hold(ctx context.Context, slot int, open StreamEvent, read func() error, ended func(error) (string, int)) {
+	pod := open.Pod
+	h.open.Add(1)
+	h.log(open)
+	var n int64
+	var last time.Time
+	for {
+		err := read()
+		at := h.clk.Now()
+		if err == nil {
+			n++
+			last = at
+			h.messages.Add(1)
+			continue
+		}
+		h.open.Add(-1)
+		if ctx.Err() != nil {
+			return
+		}
+		how, code := ended(err)
+		h.log(StreamEvent{Slot: slot, Kind: EventClose, At: at, Pod: pod, How: how, Code: code,
+			Messages: n, LastMessage: last, Detail: err.Error()})
+		return
+	}
+}
+
+func (h *StreamHolder) onceGRPC(ctx context.Context, slot int) bool {
+	// One ClientConn per attempt: each slot is a client of its own (its own
+	// TCP connection, as separate processes would have), and the holder's
+	// policy, not the channel's, times the reconnects.
+	// MinConnectTimeout bounds the connect, so that an unanswered SYN
+	// fails the attempt (NewStream without WaitForReady fails once the
+	// channel is in TRANSIENT_FAILURE) instead of waiting grpc-go's 20 s.
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: grpcbackoff.DefaultConfig, MinConnectTimeout: h.cfg.DialTimeout}),
+	}
+	if h.cfg.Host != "" {
+		opts = append(opts, grpc.WithAuthority(h.cfg.Host))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+h.target, opts...)
+	if err != nil {
+		h.log(StreamEvent{Slot: slot, Kind: EventFail, At: h.clk.Now(), How: KindOther, Code: -1, Detail: err.Error()})
+		return false
+	}
+	defer cc.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dctx, dcancel := context.WithTimeout(sctx, h.cfg.DialTimeout)
+	st, err := cc.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true}, probe.GRPCMethod)
+	var md metadata.MD
+	if err == nil {
+		if err = st.SendMsg(&emptypb.Empty{}); err == nil {
+			if err = st.CloseSend(); err == nil {
+				md, err = headerWithin(dctx, st)
+			}
+		}
+	}
+	at := h.clk.Now()
+	dcancel()
+	if err != nil {
+		h.log(StreamEvent{Slot: slot, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
+		return false
+	}
+	pod := ""
+	if v := md.Get(probe.GRPCHeaderPod); len(v) > 0 {
+		pod = v[0]
+	} else {
+		// No pod in the header: an intermediary answered (grpc-go's
+		// Header returns no error for a trailers-only or non-gRPC
+		// response); the first receive says what it was.
+		if err := st.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+			h.log(StreamEvent{Slot: slot, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
+			return false
+		}
+	}
+	m := new(wrapperspb.StringValue)
+	h.hold(ctx, slot, StreamEvent{Slot: slot, Kind: EventOpen, At: at, Pod: pod, Code: -1}, func() error { return st.RecvMsg(m) }, func(err error) (string, int) {
+		switch s, _ := status.FromError(err); {
+		case errors.Is(err, io.EOF):
+			return CloseGRPCStatus, int(codes.OK)
+		case s.Code() == codes.Unavailable:
+			// The transport broke: no trailers came (grpc-go
+			// internal/transport maps a lost connection to UNAVAILABLE).
+			return grpcTransportKind(s.Message()), int(codes.Unavailable)
+		default:
+			return CloseGRPCStatus, int(s.Code())
+		}
+	})
+	return true
+}
+
+// headerWithin waits for the stream's response header, at most until ctx
+// ends (grpc-go's Header blocks until the header or the stream's end).
+func headerWithin(ctx context.Context, st grpc.ClientStream) (metadata.MD, error) {
+	type res struct {
+		md  metadata.MD
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		md, err := st.Header()
+		ch <- res{md, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.md, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// grpcTransportKind names an UNAVAILABLE from its message: grpc-go wraps
+// the transport's error text (internal/transport/http2_client.go), and
+// does not keep the error chain.
+func grpcTransportKind(msg string) string {
+	switch {
+	case strings.Contains(msg, "connection reset"), strings.Contains(msg, "broken pipe"):
+		return CloseReset
+	case strings.Contains(msg, "timeout"), strings.Contains(msg, "deadline"):
+		return CloseTimeout
+	}
+	return CloseEOF
+}
+
+// grpcFailKind names a failed open: an HTTP status from an intermediary
+// (grpc-go maps 502/503/504 to UNAVAILABLE with "unexpected HTTP status
+// code received from server: 502", http_util.go), refused, timeout.
+func grpcFailKind(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return KindTimeout
+	}
+	s, _ := status.FromError(err)
+	msg := s.Message()
+	if i := strings.Index(msg, "HTTP status code received from server: "); i >= 0 {
+		rest := msg[i+len("HTTP status code received from server: "):]
+		if len(rest) >= 3 {
+			return "status_" + rest[:3]
+		}
+	}
+	switch {
+	case strings.Contains(msg, "connection refused"):
+		return KindRefused
+	case s.Code() == codes.DeadlineExceeded, strings.Contains(msg, "timeout"):
+		return KindTimeout
+	case strings.Contains(msg, "connection reset"):
+		return KindReset
+	case s.Code() == codes.Unavailable:
+		return KindEOF
+	}
+	return KindOther
+}

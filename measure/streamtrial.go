@@ -1,0 +1,178 @@
+package measure
+
+import (
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/epwindow/epwindow/measure/load"
+	"github.com/epwindow/epwindow/probe"
+	"github.com/epwindow/epwindow/results"
+)
+
+// streamInput is what one trial's stream record is built from: the
+// holder's events (tool clock, stamped at the door), the deleted pod, its
+// SIGTERM and the data plane's withdrawal of its endpoint, both on the tool
+// clock (SIGTERM corrected for skew; withdrawal zero if unknown), and the
+// end of the observation (streams still open then are unclosed).
+type streamInput struct {
+	events    []load.StreamEvent
+	pod       string
+	sigterm   time.Time
+	withdrawn time.Time
+	until     time.Time
+	probeLog  *probe.StreamLog
+	protocol  string
+	drain     string
+	reconnect string
+}
+
+// streamTrial builds a trial's StreamTrial: the clients' streams to pod
+// open at SIGTERM, how and when each ended, and for each ended one the
+// slot's next open (the re-open), with the failed attempts between.
+func streamTrial(in streamInput) *results.StreamTrial {
+	t := &results.StreamTrial{Protocol: in.protocol, Drain: in.drain, Reconnect: in.reconnect,
+		HerdBinNS: int64(results.HerdBin)}
+	if in.probeLog != nil {
+		t.ProbeEnds = in.probeLog.Ended
+		t.ProbeOpenAtSigterm = in.probeLog.OpenAtSigterm
+	}
+	ev := slices.Clone(in.events)
+	slices.SortStableFunc(ev, func(a, b load.StreamEvent) int { return a.At.Compare(b.At) })
+	// Per slot: the open stream (its open event index, -1: none) and, once
+	// a stream of the pod closed, the close awaiting its re-open.
+	type slotState struct {
+		openPod   string
+		openAt    time.Time
+		isOpen    bool
+		tracked   bool // the open stream is one of the pod's at SIGTERM
+		closedAt  time.Time
+		awaitOpen bool
+	}
+	slots := map[int]*slotState{}
+	get := func(i int) *slotState {
+		if slots[i] == nil {
+			slots[i] = &slotState{}
+		}
+		return slots[i]
+	}
+	var closes []time.Time
+	var reopens []time.Time
+	sigtermSeen := false
+	markSigterm := func() {
+		if sigtermSeen {
+			return
+		}
+		sigtermSeen = true
+		for _, s := range slots {
+			if s.isOpen && s.openPod == in.pod {
+				s.tracked = true
+				t.OpenAtSigterm++
+			}
+		}
+	}
+	for _, e := range ev {
+		if !e.At.Before(in.sigterm) {
+			markSigterm()
+		}
+		if !in.until.IsZero() && e.At.After(in.until) {
+			break
+		}
+		s := get(e.Slot)
+		switch e.Kind {
+		case load.EventOpen:
+			s.isOpen, s.openPod, s.openAt, s.tracked = true, e.Pod, e.At, false
+			if s.awaitOpen {
+				s.awaitOpen = false
+				reopens = append(reopens, e.At)
+				t.ReestablishNS = append(t.ReestablishNS, int64(e.At.Sub(s.closedAt)))
+				if t.Reopened == nil {
+					t.Reopened = map[string]int{}
+				}
+				t.Reopened[e.Pod]++
+			}
+		case load.EventClose:
+			if s.tracked {
+				t.Closed++
+				closes = append(closes, e.At)
+				kind := e.How
+				if load.Graceful(e.How) {
+					t.Graceful++
+					kind += " " + strconv.Itoa(e.Code)
+				} else {
+					t.Abrupt++
+				}
+				if t.CloseKinds == nil {
+					t.CloseKinds = map[string]int{}
+				}
+				t.CloseKinds[kind]++
+				s.awaitOpen, s.closedAt = true, e.At
+			}
+			s.isOpen, s.tracked = false, false
+		case load.EventFail:
+			if s.awaitOpen {
+				if t.Failures == nil {
+					t.Failures = map[string]int{}
+				}
+				t.Failures[e.How]++
+			}
+		}
+	}
+	markSigterm()
+	t.Unclosed = t.OpenAtSigterm - t.Closed
+	if len(closes) > 0 {
+		first, last := int64(closes[0].Sub(in.sigterm)), int64(closes[len(closes)-1].Sub(in.sigterm))
+		t.FirstCloseNS, t.LastCloseNS = &first, &last
+	}
+	if !in.withdrawn.IsZero() && t.OpenAtSigterm > 0 {
+		open := t.Unclosed
+		for _, c := range closes {
+			if c.After(in.withdrawn) {
+				open++
+			}
+		}
+		t.OpenAtWithdrawal = &open
+		if open > 0 && len(closes) > 0 {
+			out := int64(closes[len(closes)-1].Sub(in.withdrawn))
+			if t.Unclosed > 0 && !in.until.IsZero() {
+				out = int64(in.until.Sub(in.withdrawn))
+			}
+			t.OutliveNS = &out
+		}
+	}
+	if len(closes) > 0 {
+		t.Herd = herd(closes[0], reopens, results.HerdBin)
+		t.HerdPeak = busiest(reopens, results.HerdBin)
+	}
+	slices.Sort(t.ReestablishNS)
+	return t
+}
+
+// busiest is the most instants in any window of width w (sliding, not
+// binned: a burst that straddles a bin edge counts whole). at is sorted.
+func busiest(at []time.Time, w time.Duration) int {
+	best, lo := 0, 0
+	for hi := range at {
+		for at[hi].Sub(at[lo]) >= w {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return best
+}
+
+// herd counts the instants per bin from start.
+func herd(start time.Time, at []time.Time, bin time.Duration) []int {
+	var out []int
+	for _, a := range at {
+		i := int(a.Sub(start) / bin)
+		if i < 0 {
+			i = 0
+		}
+		if i >= len(out) {
+			out = append(out, make([]int, i-len(out)+1)...)
+		}
+		out[i]++
+	}
+	return out
+}

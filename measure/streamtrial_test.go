@@ -1,0 +1,104 @@
+package measure
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/epwindow/epwindow/measure/load"
+	"github.com/epwindow/epwindow/probe"
+)
+
+func TestStreamTrial(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	ev := []load.StreamEvent{
+		// Slots 0–2 on the deleted pod, slot 3 on a survivor.
+		{Slot: 0, Kind: load.EventOpen, At: ms(0), Pod: "a"},
+		{Slot: 1, Kind: load.EventOpen, At: ms(1), Pod: "a"},
+		{Slot: 2, Kind: load.EventOpen, At: ms(2), Pod: "a"},
+		{Slot: 3, Kind: load.EventOpen, At: ms(3), Pod: "b"},
+		// SIGTERM at 1000 ms; withdrawal at 1150 ms.
+		{Slot: 0, Kind: load.EventClose, At: ms(1010), Pod: "a", How: load.CloseWS, Code: 1012},
+		{Slot: 0, Kind: load.EventFail, At: ms(1020), How: "status_502"},
+		{Slot: 0, Kind: load.EventOpen, At: ms(1120), Pod: "b"},
+		{Slot: 1, Kind: load.EventClose, At: ms(1050), Pod: "a", How: load.CloseWS, Code: 1012},
+		{Slot: 1, Kind: load.EventOpen, At: ms(1060), Pod: "c"},
+		{Slot: 2, Kind: load.EventClose, At: ms(1200), Pod: "a", How: load.CloseEOF, Code: -1},
+		{Slot: 2, Kind: load.EventOpen, At: ms(1290), Pod: "b"},
+		// The survivor's stream closes too: not the pod's, not counted.
+		{Slot: 3, Kind: load.EventClose, At: ms(1100), Pod: "b", How: load.CloseReset, Code: -1},
+	}
+	got := streamTrial(streamInput{events: ev, pod: "a", sigterm: ms(1000), withdrawn: ms(1150),
+		probeLog: &probe.StreamLog{OpenAtSigterm: 3, Ended: map[string]int64{probe.EndAppClose: 2}},
+		protocol: "websocket", drain: "close", reconnect: "immediate"})
+	if got.OpenAtSigterm != 3 || got.Closed != 3 || got.Unclosed != 0 || got.Graceful != 2 || got.Abrupt != 1 {
+		t.Fatalf("counts %+v", got)
+	}
+	if want := map[string]int{"ws_close 1012": 2, "eof": 1}; !reflect.DeepEqual(got.CloseKinds, want) {
+		t.Errorf("close kinds %v, want %v", got.CloseKinds, want)
+	}
+	if *got.FirstCloseNS != int64(10*time.Millisecond) || *got.LastCloseNS != int64(200*time.Millisecond) {
+		t.Errorf("first/last close %d/%d", *got.FirstCloseNS, *got.LastCloseNS)
+	}
+	if *got.OpenAtWithdrawal != 1 || *got.OutliveNS != int64(50*time.Millisecond) {
+		t.Errorf("open at withdrawal %d, outlive %d; want 1, 50ms", *got.OpenAtWithdrawal, *got.OutliveNS)
+	}
+	// Re-opens at 1060, 1120, 1290 from the first close at 1010: bins 0, 1,
+	// 2; the busiest 100 ms (sliding) holds 1060 and 1120.
+	if want := []int{1, 1, 1}; !reflect.DeepEqual(got.Herd, want) || got.HerdPeak != 2 {
+		t.Errorf("herd %v peak %d, want %v", got.Herd, got.HerdPeak, want)
+	}
+	if want := map[string]int{"b": 2, "c": 1}; !reflect.DeepEqual(got.Reopened, want) {
+		t.Errorf("reopened %v, want %v", got.Reopened, want)
+	}
+	if want := map[string]int{"status_502": 1}; !reflect.DeepEqual(got.Failures, want) {
+		t.Errorf("failures %v, want %v", got.Failures, want)
+	}
+	want := []int64{int64(10 * time.Millisecond), int64(90 * time.Millisecond), int64(110 * time.Millisecond)}
+	if !reflect.DeepEqual(got.ReestablishNS, want) {
+		t.Errorf("reestablish %v, want %v", got.ReestablishNS, want)
+	}
+	if got.ProbeOpenAtSigterm != 3 || got.ProbeEnds[probe.EndAppClose] != 2 {
+		t.Errorf("probe side %+v", got)
+	}
+}
+
+func TestStreamTrialUnclosedIsAFloor(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ev := []load.StreamEvent{
+		{Slot: 0, Kind: load.EventOpen, At: t0, Pod: "a"},
+		{Slot: 1, Kind: load.EventOpen, At: t0, Pod: "a"},
+		{Slot: 0, Kind: load.EventClose, At: t0.Add(2 * time.Second), Pod: "a", How: load.CloseEOF, Code: -1},
+	}
+	got := streamTrial(streamInput{events: ev, pod: "a", sigterm: t0.Add(time.Second),
+		withdrawn: t0.Add(1500 * time.Millisecond), until: t0.Add(5 * time.Second)})
+	if got.Unclosed != 1 || *got.OpenAtWithdrawal != 2 || *got.OutliveNS != int64(3500*time.Millisecond) {
+		t.Fatalf("unclosed %d, open at withdrawal %v, outlive %v; want 1, 2, 3.5s (until − withdrawal)", got.Unclosed, *got.OpenAtWithdrawal, *got.OutliveNS)
+	}
+}
+
+func TestBusiest(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(ms ...int) []time.Time {
+		var out []time.Time
+		for _, m := range ms {
+			out = append(out, t0.Add(time.Duration(m)*time.Millisecond))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		at   []time.Time
+		want int
+	}{
+		{nil, 0},
+		{at(0), 1},
+		{at(0, 99), 2},
+		{at(0, 100), 1},                // the window is [t, t+100ms)
+		{at(60, 90, 120, 150, 400), 4}, // straddles the 100 ms bin edge
+	} {
+		if got := busiest(tc.at, 100*time.Millisecond); got != tc.want {
+			t.Errorf("busiest(%v) = %d, want %d", tc.at, got, tc.want)
+		}
+	}
+}

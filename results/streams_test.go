@@ -1,0 +1,123 @@
+package results
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func streamRecord(trial int, lastClose time.Duration, unclosed int, herd []int) *Record {
+	first, last := int64(5*time.Millisecond), int64(lastClose)
+	peak := 0
+	for _, n := range herd {
+		peak = max(peak, n)
+	}
+	return &Record{Kind: KindTrial, Trial: trial, Streams: &StreamTrial{
+		Protocol: "websocket", Drain: "close-jittered=5s", Reconnect: "grpc-default",
+		OpenAtSigterm: 10, Closed: 10 - unclosed, Unclosed: unclosed, Graceful: 10 - unclosed,
+		CloseKinds:   map[string]int{"ws_close 1012": 10 - unclosed},
+		ProbeEnds:    map[string]int64{"app_close": int64(10 - unclosed)},
+		FirstCloseNS: &first, LastCloseNS: &last, Herd: herd, HerdPeak: peak,
+		Reopened: map[string]int{"pod-b": 6, "pod-c": 4}, Failures: map[string]int{"status_502": 1},
+		ReestablishNS: []int64{int64(time.Millisecond), int64(40 * time.Millisecond)},
+	}}
+}
+
+func TestStreamSummaryBoundAndGrace(t *testing.T) {
+	s := NewStreamSummary(0.5, 0.95)
+	// 20 trials with last closes 4.0 s … 4.95 s: the bound of the median at
+	// 95% is an order statistic well inside, not a plain maximum.
+	for i := range 20 {
+		s.Add(streamRecord(i, 4*time.Second+time.Duration(i)*50*time.Millisecond, 0, []int{1, 2, 3, 2, 1, 1}))
+	}
+	s.Add(&Record{Kind: KindTrial, Trial: 99}) // no streams: skipped
+	s.Close()
+	d, ok := s.Dist(MetricStreamLastClose)
+	if !ok || d.N != 20 || d.Bound == nil {
+		t.Fatalf("last-close dist %+v", d)
+	}
+	k, _ := UpperBoundRank(20, 0.5, 0.95)
+	if want := int64(4*time.Second + time.Duration(k-1)*50*time.Millisecond); d.Bound.NS != want {
+		t.Errorf("bound %d, want x(%d) = %d", d.Bound.NS, k, want)
+	}
+	g, lower, ok := s.StreamGrace(5*time.Second, 10*time.Second)
+	if !ok || lower || g != 15*time.Second+time.Duration(d.Bound.NS) {
+		t.Errorf("grace %s lower %v ok %v", g, lower, ok)
+	}
+	var b bytes.Buffer
+	if err := NewStreamsReporter(s, 5*time.Second, 10*time.Second)(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"Long-lived connections", "ws_close 1012 (graceful)", "app_close", "stream_last_close",
+		"terminationGracePeriodSeconds ≥ 20", "re-opens landed on: pod-b 60%, pod-c 40%", "status_502 20", "reconnect herd"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if n := len([]rune(line)); n > 100 {
+			t.Errorf("line of %d columns: %q", n, line)
+		}
+	}
+}
+
+func TestStreamSummaryUnclosedIsLowerBound(t *testing.T) {
+	s := NewStreamSummary(0.5, 0.95)
+	for i := range 3 {
+		s.Add(streamRecord(i, time.Duration(i+1)*time.Second, 1, []int{10}))
+	}
+	s.Close()
+	if _, lower, ok := s.StreamGrace(0, time.Second); !ok || !lower {
+		t.Fatalf("grace with unclosed streams: lower %v ok %v, want a floor", lower, ok)
+	}
+	var b bytes.Buffer
+	if err := NewStreamsReporter(s, 0, time.Second)(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "≥ at least") || !strings.Contains(b.String(), "close-jittered=J") {
+		t.Errorf("report:\n%s", b.String())
+	}
+}
+
+func TestTextReportHasStreamsSection(t *testing.T) {
+	s := NewSummary(nil, Options{})
+	for i := range 3 {
+		s.Add(streamRecord(i, time.Second, 0, []int{9, 1}))
+	}
+	s.Close()
+	var b bytes.Buffer
+	if err := NewTextReporter(s)(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Long-lived connections (websocket") {
+		t.Fatalf("text report without the streams section:\n%s", b.String())
+	}
+	// A run without streams has no such section.
+	s = NewSummary(nil, Options{})
+	s.Add(&Record{Kind: KindTrial, Trial: 0})
+	s.Close()
+	b.Reset()
+	if err := NewTextReporter(s)(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "Long-lived") {
+		t.Fatalf("streams section in a run without streams:\n%s", b.String())
+	}
+}
+
+func TestClusterStreamsSection(t *testing.T) {
+	s := NewSummary(nil, Options{})
+	r := streamRecord(0, time.Second, 0, []int{3})
+	r.ClusterStreams, r.Streams = r.Streams, nil
+	s.Add(r)
+	s.Close()
+	var b bytes.Buffer
+	if err := NewTextReporter(s)(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Long-lived connections (websocket, through the ClusterIP") || s.Streams().Trials() != 0 {
+		t.Fatalf("report:\n%s", b.String())
+	}
+}
