@@ -142,6 +142,10 @@ type Cluster struct {
 	// TraefikURL is Traefik's web entry point, http://127.0.0.1:PORT, where
 	// its Ingress providers and its Gateway serve (empty without Traefik).
 	TraefikURL string
+	// TraefikHTTPSURL is Traefik's websecure entry point,
+	// https://127.0.0.1:PORT: the same routers with TLS, certificates from
+	// the Ingresses' spec.tls Secrets (deploy/local/traefik).
+	TraefikHTTPSURL string
 	// TraefikAPIURL is Traefik's API root (…/api/http/services).
 	TraefikAPIURL string
 	// Gateway is Traefik's Gateway, NS/NAME, of GatewayClass traefik.
@@ -327,7 +331,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 }
 
 // parseReady reads "READY kubeconfig=P [ingress=U routes=U] [traefik=U
-// traefik-api=U gateway=NS/NAME]".
+// traefik-https=U traefik-api=U gateway=NS/NAME]".
 func (c *Cluster) parseReady(line string) error {
 	for _, f := range strings.Fields(line)[1:] {
 		k, v, _ := strings.Cut(f, "=")
@@ -340,6 +344,8 @@ func (c *Cluster) parseReady(line string) error {
 			c.RoutesURL = v
 		case "traefik":
 			c.TraefikURL = v
+		case "traefik-https":
+			c.TraefikHTTPSURL = v
 		case "traefik-api":
 			c.TraefikAPIURL = v
 		case "gateway":
@@ -349,7 +355,7 @@ func (c *Cluster) parseReady(line string) error {
 		}
 	}
 	skipper := c.IngressURL != "" && c.RoutesURL != ""
-	traefik := c.TraefikURL != "" && c.TraefikAPIURL != "" && c.Gateway != ""
+	traefik := c.TraefikURL != "" && c.TraefikHTTPSURL != "" && c.TraefikAPIURL != "" && c.Gateway != ""
 	if c.Kubeconfig == "" || !skipper && !traefik {
 		return fmt.Errorf("malformed READY line %q", line)
 	}

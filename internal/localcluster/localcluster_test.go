@@ -18,13 +18,13 @@ func TestParseReady(t *testing.T) {
 			want: Cluster{Kubeconfig: "/tmp/x/kubeconfig", IngressURL: "http://127.0.0.1:4000", RoutesURL: "http://127.0.0.1:4001/routes"},
 		},
 		{
-			line: "READY kubeconfig=/k traefik=http://127.0.0.1:5000 traefik-api=http://127.0.0.1:5001 gateway=traefik/traefik",
-			want: Cluster{Kubeconfig: "/k", TraefikURL: "http://127.0.0.1:5000", TraefikAPIURL: "http://127.0.0.1:5001", Gateway: "traefik/traefik"},
+			line: "READY kubeconfig=/k traefik=http://127.0.0.1:5000 traefik-https=https://127.0.0.1:5002 traefik-api=http://127.0.0.1:5001 gateway=traefik/traefik",
+			want: Cluster{Kubeconfig: "/k", TraefikURL: "http://127.0.0.1:5000", TraefikHTTPSURL: "https://127.0.0.1:5002", TraefikAPIURL: "http://127.0.0.1:5001", Gateway: "traefik/traefik"},
 		},
 		{
-			line: "READY kubeconfig=/k ingress=http://127.0.0.1:4000 routes=http://127.0.0.1:4001/routes traefik=http://127.0.0.1:5000 traefik-api=http://127.0.0.1:5001 gateway=traefik/traefik",
+			line: "READY kubeconfig=/k ingress=http://127.0.0.1:4000 routes=http://127.0.0.1:4001/routes traefik=http://127.0.0.1:5000 traefik-https=https://127.0.0.1:5002 traefik-api=http://127.0.0.1:5001 gateway=traefik/traefik",
 			want: Cluster{Kubeconfig: "/k", IngressURL: "http://127.0.0.1:4000", RoutesURL: "http://127.0.0.1:4001/routes",
-				TraefikURL: "http://127.0.0.1:5000", TraefikAPIURL: "http://127.0.0.1:5001", Gateway: "traefik/traefik"},
+				TraefikURL: "http://127.0.0.1:5000", TraefikHTTPSURL: "https://127.0.0.1:5002", TraefikAPIURL: "http://127.0.0.1:5001", Gateway: "traefik/traefik"},
 		},
 		// Traefik's line without its Gateway is not a whole one.
 		{line: "READY kubeconfig=/k traefik=http://127.0.0.1:5000 traefik-api=http://127.0.0.1:5001", wantErr: true},

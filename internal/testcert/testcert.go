@@ -15,16 +15,17 @@ import (
 	"time"
 )
 
-// SelfSigned returns a certificate for host, valid for an hour and signed
-// by itself, and the path of its PEM (in a directory removed after the
-// test): the CA a client verifies it against.
-func SelfSigned(t testing.TB, host string) (cert tls.Certificate, caFile string) {
+// SelfSigned returns a certificate for host (and the more names, such as
+// a wildcard "*.example"), valid for an hour and signed by itself, and the
+// path of its PEM (in a directory removed after the test): the CA a client
+// verifies it against.
+func SelfSigned(t testing.TB, host string, more ...string) (cert tls.Certificate, caFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: append([]string{host}, more...),
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

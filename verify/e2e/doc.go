@@ -4,5 +4,7 @@
 // preStop that covers this cluster's window, one that ignores SIGTERM, one
 // whose listener opens seconds after start without a readiness probe, and a
 // GET at a low rate, which Skipper's retries of refused connections leave
-// blind to the self-test's canary. One cluster start for all.
+// blind to the self-test's canary; and https, through a Go TLS front and
+// through Traefik's TLS entry point (Traefik runs beside Skipper for it,
+// routing only class traefik). One cluster start for all.
 package e2e

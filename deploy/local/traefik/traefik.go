@@ -41,6 +41,11 @@ type Traefik struct {
 	// (the Gateway provider maps a listener to the entry point with the
 	// same port: entryPointName in pkg/provider/kubernetes/gateway/kubernetes.go).
 	Port int
+	// HTTPSURL is the websecure entry point, https://127.0.0.1:PORT: TLS
+	// on every router (entryPoints.websecure.http.tls), each Ingress's
+	// spec.tls Secrets as certificates chosen by the client's server name,
+	// else Traefik's own self-signed default certificate.
+	HTTPSURL string
 	// APIURL is the API's root, http://127.0.0.1:PORT (…/api/http/services,
 	// …/api/version); the observer's --observer-url.
 	APIURL string
@@ -56,15 +61,26 @@ const (
 )
 
 // Args are Traefik's flags for cfg on the given loopback ports. Every
-// listener is on 127.0.0.1: the web entry point, and the "traefik" entry
-// point that serves the API (api.insecure) and /ping. Version checks and
-// usage reports, which call out to the internet, are off.
-func Args(cfg Config, webPort, apiPort int) []string {
+// listener is on 127.0.0.1: the web entry point, the websecure (TLS) entry
+// point, and the "traefik" entry point that serves the API (api.insecure)
+// and /ping. Version checks and usage reports, which call out to the
+// internet, are off.
+//
+// websecure: an Ingress without the router.entrypoints annotation is routed
+// on every entry point, and entryPoints.websecure.http.tls turns TLS on for
+// the routers there. The Ingress provider puts each Ingress's spec.tls
+// Secrets (tls.crt, tls.key) into the default TLS store, not onto a router
+// (getCertificates and loadRouter in pkg/provider/kubernetes/ingress/
+// kubernetes.go, v3.6.12): the certificate is picked by SNI for any router.
+func Args(cfg Config, webPort, httpsPort, apiPort int) []string {
 	args := []string{
 		"--entryPoints.web.address=127.0.0.1:" + strconv.Itoa(webPort),
+		"--entryPoints.websecure.address=127.0.0.1:" + strconv.Itoa(httpsPort),
+		"--entryPoints.websecure.http.tls=true",
 		"--entryPoints.traefik.address=127.0.0.1:" + strconv.Itoa(apiPort),
 		// A stop waits for requests in flight at most 1 s (default 10 s).
 		"--entryPoints.web.transport.lifeCycle.graceTimeOut=1s",
+		"--entryPoints.websecure.transport.lifeCycle.graceTimeOut=1s",
 		"--entryPoints.traefik.transport.lifeCycle.graceTimeOut=1s",
 		"--api.insecure=true",
 		"--api.dashboard=false",
@@ -100,23 +116,24 @@ func Start(ctx context.Context, cfg Config) (*Traefik, error) {
 }
 
 func start(ctx context.Context, cfg Config) (*Traefik, error) {
-	ports, err := freeport.Loopback(2)
+	ports, err := freeport.Loopback(3)
 	if err != nil {
 		return nil, err
 	}
-	proc, err := child.Launch(cfg.Binary, Args(cfg, ports[0], ports[1]), cfg.LogFile)
+	proc, err := child.Launch(cfg.Binary, Args(cfg, ports[0], ports[1], ports[2]), cfg.LogFile)
 	if err != nil {
 		return nil, err
 	}
 	t := &Traefik{
-		URL:     fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
-		Port:    ports[0],
-		APIURL:  fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-		Process: proc,
+		URL:      fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		Port:     ports[0],
+		HTTPSURL: fmt.Sprintf("https://127.0.0.1:%d", ports[1]),
+		APIURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
+		Process:  proc,
 	}
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
 	if err := proc.WaitReady(ctx, "traefik", "traefik.log", 50*time.Millisecond, 30*time.Second, func() bool {
-		return child.HTTPOK(ctx, client, t.APIURL+"/ping") && child.HTTPOK(ctx, client, t.APIURL+"/api/version") && child.Accepts(t.URL)
+		return child.HTTPOK(ctx, client, t.APIURL+"/ping") && child.HTTPOK(ctx, client, t.APIURL+"/api/version") && child.Accepts(t.URL) && child.Accepts(t.HTTPSURL)
 	}); err != nil {
 		return nil, err
 	}

@@ -10,10 +10,12 @@ import (
 // Every listener is on loopback, the three Kubernetes providers read the
 // given API server, and nothing calls out to the internet.
 func TestArgs(t *testing.T) {
-	args := Args(Config{APIServerURL: "https://127.0.0.1:6443", CAFile: "/ca", TokenFile: "/tok", Throttle: 500 * time.Millisecond}, 4000, 4001)
+	args := Args(Config{APIServerURL: "https://127.0.0.1:6443", CAFile: "/ca", TokenFile: "/tok", Throttle: 500 * time.Millisecond}, 4000, 4002, 4001)
 	for _, want := range []string{
 		"--entryPoints.web.address=127.0.0.1:4000",
 		"--entryPoints.traefik.address=127.0.0.1:4001",
+		"--entryPoints.websecure.address=127.0.0.1:4002",
+		"--entryPoints.websecure.http.tls=true",
 		"--providers.providersThrottleDuration=500ms",
 		"--global.checkNewVersion=false",
 		"--global.sendAnonymousUsage=false",
@@ -34,7 +36,7 @@ func TestArgs(t *testing.T) {
 			t.Errorf("listener not on loopback: %s", a)
 		}
 	}
-	if got := Args(Config{}, 1, 2); !slices.Contains(got, "--providers.providersThrottleDuration=0s") {
+	if got := Args(Config{}, 1, 2, 3); !slices.Contains(got, "--providers.providersThrottleDuration=0s") {
 		t.Errorf("a zero throttle is not passed through: %q", got)
 	}
 }

@@ -293,7 +293,7 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 			return err
 		}
 		traefikDone, traefikErr = tr.Done(), tr.Err
-		ready = append(ready, "traefik="+tr.URL, "traefik-api="+tr.APIURL, "gateway="+gw)
+		ready = append(ready, "traefik="+tr.URL, "traefik-https="+tr.HTTPSURL, "traefik-api="+tr.APIURL, "gateway="+gw)
 		log.Info("traefik ready", "pid", tr.PID(), "gateway", gw, "after", time.Since(start))
 	}
 	var churnErr <-chan error // nil, never ready, without --churn

@@ -156,10 +156,11 @@ func HTTPOK(ctx context.Context, client *http.Client, url string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// Accepts tells whether a TCP connection to the host:port of an http://
+// Accepts tells whether a TCP connection to the host:port of an http:// or https://
 // URL opens.
 func Accepts(url string) bool {
-	c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), time.Second)
+	addr := strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "https://")
+	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return false
 	}
