@@ -299,6 +299,14 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 			p.finish("exit on sigterm")
 			return nil
 		}
+		// Close the idle keep-alive connections too, and let each active
+		// one close after its response, as an app that exits or drains with
+		// http.Server.Shutdown does (SetKeepAlivesEnabled(false) closes
+		// idle conns: net/http/server.go). A data plane's pooled upstream
+		// connection would otherwise keep reaching a pod that refuses new
+		// ones, and a canary that "refuses from SIGTERM on" would never
+		// fail a request through Traefik, which pools them.
+		srv.SetKeepAlivesEnabled(false)
 		// Serve returns now that its listener is closed: expected.
 		serveErr = nil
 	} else {

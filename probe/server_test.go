@@ -423,6 +423,29 @@ func TestServeRefuseOnSigterm(t *testing.T) {
 	eqTime(t, "Exit", tl.Exit, ptr(at(5*time.Second)))
 }
 
+// --refuse-on-sigterm stops serving an open keep-alive connection too, as
+// an app that exits or drains with http.Server.Shutdown does: a data plane
+// that pools its upstream connections (Traefik) must meet the refusal, not
+// a connection that goes on answering.
+func TestServeRefuseOnSigtermClosesKeepAlive(t *testing.T) {
+	p := serveInProcess(t, Config{Hold: 5 * time.Second, RefuseOnSigterm: true})
+	rc := dialProbe(t, p.addr)
+	rc.expect(t, http.MethodGet, "/", 200) // the connection is now idle, kept alive
+	close(p.sigterm)
+	waitFor(t, "the sigterm log", func() bool { return strings.Contains(p.logs.String(), `"msg":"sigterm"`) })
+	if err := rc.c.SetReadDeadline(time.Now().Add(waitTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rc.br.ReadByte(); err != io.EOF {
+		t.Fatalf("read on the kept-alive connection after SIGTERM: %v (byte %q), want EOF: the probe closed it", err, n)
+	}
+	if !p.running() {
+		t.Fatal("exited before the hold ended")
+	}
+	p.clk.Step(5 * time.Second)
+	p.waitDone(t)
+}
+
 func TestConfigValidate(t *testing.T) {
 	ok := Config{Listen: ":8080", PodName: "p", Hold: time.Minute, MaxPeers: 1, ShutdownTimeout: time.Second}
 	for _, tc := range []struct {

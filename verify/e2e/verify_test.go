@@ -400,12 +400,16 @@ func TestVerify(t *testing.T) {
 	// of its own, is served the same certificate: the canary must answer
 	// 2xx through TLS (a certificate the CA does not sign fails every
 	// request, and the self-test stops: the canary is not routed). Whether
-	// it also fails some is up to Traefik: its Ingress provider drops a
-	// terminating endpoint at slice_not_ready, at once unless the update
-	// lands in a throttle sleep (pkg/provider/aggregator/aggregator.go), so
-	// on this cluster the self-test may rightly find the gate blind (exit
-	// 7). Then one more rollout without it. The team's good shape must
-	// pass through TLS: one rollout, with no failed request.
+	// it also fails some is up to Traefik: the canary closes its kept-alive
+	// connections at SIGTERM too (probe --refuse-on-sigterm), so Traefik's
+	// pooled upstream connections meet the refusal, but its Ingress
+	// provider fences a terminating endpoint at slice_not_ready, at once
+	// unless the update lands in a throttle sleep
+	// (pkg/provider/aggregator/aggregator.go): windows of 6-200 ms were
+	// measured (docs/observers.md), a few requests at 50 req/s or none, so
+	// the self-test may rightly find the gate blind (exit 7). Then one more
+	// rollout without it. The team's good shape must pass through TLS: one
+	// rollout, with no failed request.
 	t.Run("https through Traefik's TLS entry point", func(t *testing.T) {
 		const ns = "team-traefik"
 		cert, ca := testcert.SelfSigned(t, ns+".local", "*.epwindow.invalid")
