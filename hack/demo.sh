@@ -9,32 +9,9 @@ POLL=${POLL:-3s}
 dir=$(mktemp -d /tmp/epwindow-demo.XXXXXX)
 out="$dir/results.jsonl"
 
-echo "==> starting the local cluster in $dir (logs: $dir/*.log)"
-bin/epwindow-local up --dir "$dir/cluster" --ingress-poll "$POLL" --cni-bin-dir "${CNI_BIN_DIR:-/usr/lib/cni}" >"$dir/up.out" 2>"$dir/up.err" &
-cluster=$!
-stop() {
-	echo "==> tearing the local cluster down"
-	kill -TERM "$cluster" 2>/dev/null || true
-	wait "$cluster" 2>/dev/null || true
-}
-trap stop EXIT
-trap 'exit 130' INT TERM
-
-for _ in $(seq 1 600); do
-	if grep -q '^READY ' "$dir/up.out" 2>/dev/null; then break; fi
-	if ! kill -0 "$cluster" 2>/dev/null; then
-		echo "local cluster exited before READY:" >&2
-		tail -20 "$dir/up.err" >&2
-		exit 1
-	fi
-	sleep 0.2
-done
-ready=$(grep '^READY ' "$dir/up.out") || { echo "local cluster not READY after 120s" >&2; tail -20 "$dir/up.err" >&2; exit 1; }
-echo "    $ready"
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$ready"; }
-kubeconfig=$(field kubeconfig)
-ingress=$(field ingress)
-routes=$(field routes)
+# shellcheck source=hack/lib/cluster.sh
+. hack/lib/cluster.sh
+cluster_up "$dir" --ingress-poll "$POLL"
 
 # STREAMS=200 make demo: also hold that many WebSocket streams through
 # Skipper (STREAM_PROTOCOL, STREAM_DRAIN and RECONNECT change how), so the
