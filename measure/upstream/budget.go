@@ -31,9 +31,16 @@ type PollStats struct {
 	P99 time.Duration
 	Max time.Duration
 	// Bytes is what every poll read from the controller, in total; Span the
-	// time from the first poll's start to the last one's end.
+	// time from the first poll's start to the last one's end. Paced is what
+	// every poll but the last read, over the time from the first poll's
+	// start to the last one's: the polls' own spacing, which the byte
+	// budget sets.
 	Bytes int64
 	Span  time.Duration
+	Paced struct {
+		Bytes int64
+		Span  time.Duration
+	}
 	// Gap is the longest start-to-start spacing the byte budget imposed
 	// (0 when it never stretched the interval); Stretched counts the polls
 	// it stretched.
@@ -47,9 +54,16 @@ type PollStats struct {
 // time later (p99 of the poll time, so 1 reading in 100 can be coarser).
 func (s PollStats) Resolution() time.Duration { return max(s.Interval, s.Gap) + s.P99 }
 
-// BytesPerMinute is the observer's read traffic, averaged over Span; 0
-// before a poll has taken time.
+// BytesPerMinute is the observer's read traffic: each poll's bytes over
+// the time until the next poll began (Paced), the rate a controller sees
+// while the observer runs. Bytes over Span would count N polls' bytes over
+// N−1 spacings, overstating a paced observer by N/(N−1) — 5% over 20 polls.
+// With one poll it is that poll's bytes over its own time; 0 before a poll
+// has taken time.
 func (s PollStats) BytesPerMinute() float64 {
+	if s.Paced.Span > 0 {
+		return float64(s.Paced.Bytes) / s.Paced.Span.Minutes()
+	}
 	if s.Span <= 0 {
 		return 0
 	}
@@ -66,6 +80,8 @@ type pollLog struct {
 	bytes     int64
 	first     time.Time
 	last      time.Time
+	lastStart time.Time
+	lastBytes int64
 	gap       time.Duration
 	stretched int
 }
@@ -83,6 +99,8 @@ func (l *pollLog) add(start, end time.Time, bytes int64, overrun bool) {
 	}
 	l.polls++
 	l.last = end
+	l.lastStart = start
+	l.lastBytes = bytes
 	l.max = max(l.max, d)
 	l.bytes += bytes
 	if overrun {
@@ -93,6 +111,9 @@ func (l *pollLog) add(start, end time.Time, bytes int64, overrun bool) {
 func (l *pollLog) stats(interval time.Duration) PollStats {
 	s := PollStats{Interval: interval, Polls: l.polls, Overruns: l.overruns, Max: l.max, Bytes: l.bytes, Span: l.last.Sub(l.first),
 		Gap: l.gap, Stretched: l.stretched}
+	if l.polls > 1 {
+		s.Paced.Bytes, s.Paced.Span = l.bytes-l.lastBytes, l.lastStart.Sub(l.first)
+	}
 	if n := len(l.took); n > 0 {
 		sorted := slices.Clone(l.took)
 		slices.Sort(sorted)

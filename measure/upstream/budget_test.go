@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -445,6 +446,11 @@ func TestTrackerByteBudget(t *testing.T) {
 	st := tr.Stats()
 	if st.Gap != gap || st.Resolution() != gap || st.Stretched != 5 || st.Overruns != 0 {
 		t.Errorf("stats %+v: want gap and resolution %s, 5 stretched polls, no overrun", st, gap)
+	}
+	// Paced at the budget, the controller sees exactly ByteBudget a second:
+	// 5 polls' bytes over the 4 gaps between them would say 1.25 MB/s.
+	if got, want := st.BytesPerMinute(), 60.0*ByteBudget; math.Abs(got-want) > 1 {
+		t.Errorf("BytesPerMinute %.0f, want %.0f: the polls are paced at the budget", got, want)
 	}
 	mu.Lock()
 	defer mu.Unlock()
