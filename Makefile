@@ -122,7 +122,11 @@ vet:
 	cd internal/localcluster && $(GO) vet -race ./...
 
 # Unit tests need nothing but Go. The e2e packages (*/e2e/*) run against the
-# real local cluster, one package at a time: clusters share the pod network.
+# real local cluster, one cluster at a time: clusters share the pod network,
+# and each package's TestMain takes the lock (internal/localcluster) before
+# it starts one. go test -p 2 lets the next package's test binary link
+# (10-20 s of one core each, with -race) while the current one runs, instead
+# of after it; the linked binary then waits at the lock.
 # Each phase is timed (hack/timed.sh) and the table printed at the end.
 # Unit tests do not run beside the cluster build: on 2 cores both are
 # CPU-bound and the cold build needs ~3 GB, so overlapping them saves little
@@ -141,7 +145,7 @@ test: deps
 	@$(T) cluster $(MAKE) --no-print-directory cluster
 	@$(T) local-unit sh -c 'cd deploy/local && $(GO) vet -trimpath ./... && $(GO) test -trimpath -count=1 $(LOCAL_NORACE_PKGS)'
 	@$(T) check-fresh hack/check-fresh.sh
-	@$(T) e2e $(GO) test -race -p 1 -count=1 -timeout 40m $(E2E)
+	@$(T) e2e $(GO) test -race -p 2 -count=1 -timeout 40m $(E2E)
 	@$(T) local-e2e sh -c 'cd deploy/local && $(GO) test -race -p 1 -count=1 -timeout 30m $(LOCAL_TEST_PKGS)'
 	@hack/timed.sh --table $(PHASES)
 
@@ -156,13 +160,16 @@ test: deps
 # minute); and on the local cluster the load
 # generator's rate through a ClusterIP from a runner pod next to loopback,
 # and the highest rate it sustains through Skipper next to vegeta at that
-# rate (hack/benchclusterip, about 2 minutes).
+# rate (hack/benchclusterip, about 2 minutes); and what measure costs a
+# 2,000-Service local cluster: API requests, bytes read from Skipper, RSS
+# and CPU (hack/bench-footprint.sh, about 4 minutes).
 bench: build cluster
 	hack/bench-load.sh
 	hack/bench-probe.sh
 	hack/bench-stamp.sh
 	hack/bench-streams.sh
 	$(GO) run ./hack/benchclusterip
+	hack/bench-footprint.sh
 
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.

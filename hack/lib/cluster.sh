@@ -1,8 +1,9 @@
 # hack/lib/cluster.sh: sourced by the scripts that start a local cluster of
-# their own (demo.sh, tail-example.sh). cluster_up DIR [up flags...] starts
-# bin/epwindow-local up in DIR/cluster, waits for its READY line, and sets
-# kubeconfig, ingress and routes from it; the cluster is torn down when the
-# script exits (Ctrl-C included). It runs under the lock the tests take, so
+# their own (demo.sh, tail-example.sh, bench-footprint.sh). cluster_up DIR
+# [up flags...] starts bin/epwindow-local up in DIR/cluster, waits for its
+# READY line, and sets kubeconfig, ingress and routes from it (up_started:
+# when up began); the cluster is torn down when the script exits (Ctrl-C
+# included). It runs under the lock the tests take, so
 # it never shares the pod network with a test's cluster.
 cluster_up() {
 	local dir=$1
@@ -16,6 +17,7 @@ cluster_up() {
 	trap cluster_down EXIT
 	trap 'exit 130' INT TERM
 	while [ ! -e "$dir/locked" ] && kill -0 "$cluster" 2>/dev/null; do sleep 0.5; done
+	up_started=$(date +%s) # the lock is ours: up has started
 	local i
 	for i in $(seq 1 900); do
 		if grep -q '^READY ' "$dir/up.out" 2>/dev/null; then break; fi
