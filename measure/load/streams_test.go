@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -98,7 +99,8 @@ func serveProbe(t *testing.T, drain probe.StreamDrain, hold time.Duration) *loop
 	}
 	p := &loopbackProbe{url: "http://" + ln.Addr().String() + "/", sigterm: make(chan struct{}), done: make(chan error, 1)}
 	cfg := probe.Config{Listen: "unused", PodName: "pod-a", Hold: hold, ShutdownTimeout: 5 * time.Second,
-		TerminationLog: filepath.Join(t.TempDir(), "tl"), StreamDrain: drain, StreamInterval: 20 * time.Millisecond}
+		TerminationLog: filepath.Join(t.TempDir(), "tl"), StreamDrain: drain, StreamInterval: 20 * time.Millisecond,
+		MaxStreamRecords: probe.DefaultMaxStreamRecords}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { p.done <- probe.Serve(ctx, ln, cfg, p.sigterm, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
 	t.Cleanup(func() { cancel(); <-p.done })
@@ -189,7 +191,46 @@ func TestStreamHolderGracefulCloseAndReconnect(t *testing.T) {
 					t.Errorf("failure %+v: the probe keeps listening in its hold", e)
 				}
 			}
+			checkStreamIDs(t, p, ev)
 		})
+	}
+}
+
+// checkStreamIDs: each open has an id of its own, its close carries it,
+// and the probe recorded each stream under that id.
+func checkStreamIDs(t *testing.T, p *loopbackProbe, ev []StreamEvent) {
+	t.Helper()
+	opened := map[string]int{}
+	for _, e := range ev {
+		switch e.Kind {
+		case EventOpen:
+			if _, dup := opened[e.Stream]; dup || e.Stream == "" {
+				t.Errorf("open %+v: want a stream id of its own", e)
+			}
+			opened[e.Stream] = e.Slot
+		case EventClose:
+			if slot, ok := opened[e.Stream]; !ok || slot != e.Slot {
+				t.Errorf("close %+v: want the id of its slot's open", e)
+			}
+		}
+	}
+	resp, err := http.Get(p.url + strings.TrimPrefix(probe.PathTimeline, "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var tl probe.Timeline
+	if err := json.NewDecoder(resp.Body).Decode(&tl); err != nil || tl.Streams == nil {
+		t.Fatalf("probe timeline: %v", err)
+	}
+	recorded := map[string]bool{}
+	for _, r := range tl.Streams.Records {
+		recorded[r.Client] = true
+	}
+	for id := range opened {
+		if !recorded[id] {
+			t.Errorf("stream %s: the probe has no record of it (records %d)", id, len(tl.Streams.Records))
+		}
 	}
 }
 
