@@ -22,6 +22,9 @@ type streamInput struct {
 	withdrawn time.Time
 	until     time.Time
 	probeLog  *probe.StreamLog
+	// probeSkew is the pod's clock minus the tool's (the skew estimate's
+	// offset): the probe's stream ends move onto the tool clock by it.
+	probeSkew time.Duration
 	protocol  string
 	drain     string
 	reconnect string
@@ -56,6 +59,7 @@ func streamTrial(in streamInput) *results.StreamTrial {
 		}
 		return slots[i]
 	}
+	probeEnds := streamEnds(in.probeLog, in.probeSkew)
 	var closes []time.Time
 	var reopens []time.Time
 	sigtermSeen := false
@@ -107,6 +111,10 @@ func streamTrial(in streamInput) *results.StreamTrial {
 				}
 				t.CloseKinds[kind]++
 				s.awaitOpen, s.closedAt = true, e.At
+				if end, ok := probeEnds[e.Stream]; ok && e.Stream != "" {
+					t.ProbeMatched++
+					t.CloseLagNS = append(t.CloseLagNS, int64(e.At.Sub(end)))
+				}
 			}
 			s.isOpen, s.tracked = false, false
 		case load.EventFail:
@@ -145,7 +153,28 @@ func streamTrial(in streamInput) *results.StreamTrial {
 		t.HerdPeak = busiest(reopens, results.HerdBin)
 	}
 	slices.Sort(t.ReestablishNS)
+	slices.Sort(t.CloseLagNS)
 	return t
+}
+
+// streamEnds is the probe's end of each stream it has a client id for, on
+// the tool clock: from its records (read through /timeline while it ran)
+// and from the termination message's compact ends (the streams that ended
+// at its exit, after the last read).
+func streamEnds(l *probe.StreamLog, skew time.Duration) map[string]time.Time {
+	if l == nil {
+		return nil
+	}
+	out := map[string]time.Time{}
+	for _, r := range l.Records {
+		if r.Client != "" && r.Ended != nil {
+			out[r.Client] = r.Ended.Add(-skew)
+		}
+	}
+	for _, e := range l.Ends {
+		out[e.Client] = time.Unix(0, e.EndNS).Add(-skew)
+	}
+	return out
 }
 
 // busiest is the most instants in any window of width w (sliding, not

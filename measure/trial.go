@@ -242,8 +242,9 @@ wait:
 			Detail: fmt.Sprintf("the %s watch broke at %s: %s", e.resource, e.at.Format(time.RFC3339Nano), e.err)})
 	}
 	rec := buildRecord(in)
-	rec.Streams = r.streamRecord(rec, in.timeline, end)
-	rec.ClusterStreams = r.clusterStreamRecord(rec, in.runners, end)
+	streams := streamLog(in.timeline, tl)
+	rec.Streams = r.streamRecord(rec, streams, end)
+	rec.ClusterStreams = r.clusterStreamRecord(rec, streams, in.runners, end)
 	r.recordStartup(ctx, rec, in.replacement, in.t0, end)
 	if cfg.StopOnBlindObserver {
 		for _, rm := range in.removals {

@@ -39,6 +39,14 @@ type StreamTrial struct {
 	// peer_gone); ProbeOpenAtSigterm is its count at SIGTERM.
 	ProbeEnds          map[string]int64 `json:"probe_ends,omitempty"`
 	ProbeOpenAtSigterm int64            `json:"probe_open_at_sigterm,omitempty"`
+	// ProbeMatched counts the Closed streams whose end the probe's log
+	// also has, matched one to one by the client's stream id; CloseLagNS
+	// is, for each, the client's close minus the probe's end (the pod's
+	// clock moved onto the tool's by the skew estimate), ascending: how
+	// long the end took to reach the client through the path, give or
+	// take the skew's uncertainty (the record's skew_uncertainty_ns).
+	ProbeMatched int     `json:"probe_matched,omitempty"`
+	CloseLagNS   []int64 `json:"close_lag_ns,omitempty"`
 	// FirstCloseNS and LastCloseNS: SIGTERM → the first and the last of
 	// those streams closed, at the client.
 	FirstCloseNS *int64 `json:"first_close_ns,omitempty"`
