@@ -380,19 +380,30 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 		}
 	}
 	m := new(wrapperspb.StringValue)
-	h.hold(ctx, StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1}, func() error { return st.RecvMsg(m) }, func(err error) (string, int) {
-		switch s, _ := status.FromError(err); {
-		case errors.Is(err, io.EOF):
-			return CloseGRPCStatus, int(codes.OK)
-		case s.Code() == codes.Unavailable:
-			// The transport broke: no trailers came (grpc-go
-			// internal/transport maps a lost connection to UNAVAILABLE).
-			return grpcTransportKind(s.Message()), int(codes.Unavailable)
-		default:
-			return CloseGRPCStatus, int(s.Code())
-		}
-	})
+	h.hold(ctx, StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1}, func() error { return st.RecvMsg(m) }, grpcCloseKind)
 	return true
+}
+
+// grpcCloseKind names how an open gRPC stream ended, from RecvMsg's error,
+// with the status code.
+func grpcCloseKind(err error) (string, int) {
+	switch s, _ := status.FromError(err); {
+	case errors.Is(err, io.EOF):
+		return CloseGRPCStatus, int(codes.OK)
+	case s.Code() == codes.Unavailable:
+		// The transport broke: no trailers came (grpc-go
+		// internal/transport maps a lost connection to UNAVAILABLE).
+		return grpcTransportKind(s.Message()), int(codes.Unavailable)
+	case strings.Contains(s.Message(), "stream terminated by RST_STREAM"):
+		// An intermediary reset the stream: no trailers came either.
+		// grpc-go makes a status of the RST_STREAM's code
+		// (internal/transport/http2_client.go, handleRSTStream;
+		// INTERNAL_ERROR becomes INTERNAL, http_util.go
+		// http2ErrConvTab), which is not the server's.
+		return CloseReset, int(s.Code())
+	default:
+		return CloseGRPCStatus, int(s.Code())
+	}
 }
 
 // headerWithin waits for the stream's response header, at most until ctx

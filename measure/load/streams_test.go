@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
 
 	"github.com/epwindow/epwindow/probe"
@@ -342,5 +344,29 @@ func TestRunnerHoldsStreams(t *testing.T) {
 			t.Fatalf("stats streams %+v, want 3 opens", s.Streams)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestGRPCCloseKind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		how  string
+		code int
+	}{
+		{"trailers OK", io.EOF, CloseGRPCStatus, 0},
+		{"server status", status.Error(codes.Aborted, "x"), CloseGRPCStatus, int(codes.Aborted)},
+		{"transport reset", status.Error(codes.Unavailable, "error reading from server: read tcp: connection reset by peer"), CloseReset, int(codes.Unavailable)},
+		{"transport eof", status.Error(codes.Unavailable, "error reading from server: EOF"), CloseEOF, int(codes.Unavailable)},
+		// The text of grpc-go's internal/transport/http2_client.go
+		// handleRSTStream for an intermediary's INTERNAL_ERROR reset.
+		{"rst_stream", status.Error(codes.Internal, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR"), CloseReset, int(codes.Internal)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			how, code := grpcCloseKind(tc.err)
+			if how != tc.how || code != tc.code || Graceful(how) != (tc.how == CloseGRPCStatus) {
+				t.Errorf("grpcCloseKind(%v) = %s, %d; want %s, %d", tc.err, how, code, tc.how, tc.code)
+			}
+		})
 	}
 }
