@@ -60,8 +60,7 @@ func streamTrial(in streamInput) *results.StreamTrial {
 		return slots[i]
 	}
 	probeEnds := streamEnds(in.probeLog, in.probeSkew)
-	var closes []time.Time
-	var reopens []time.Time
+	var closes, reopens, fails []time.Time
 	sigtermSeen := false
 	markSigterm := func() {
 		if sigtermSeen {
@@ -119,6 +118,7 @@ func streamTrial(in streamInput) *results.StreamTrial {
 			s.isOpen, s.tracked = false, false
 		case load.EventFail:
 			if s.awaitOpen {
+				fails = append(fails, e.At)
 				if t.Failures == nil {
 					t.Failures = map[string]int{}
 				}
@@ -151,6 +151,7 @@ func streamTrial(in streamInput) *results.StreamTrial {
 	if len(closes) > 0 {
 		t.Herd = herd(closes[0], reopens, results.HerdBin)
 		t.HerdPeak = busiest(reopens, results.HerdBin)
+		t.HerdCleanPeak = busiestClean(reopens, fails, results.HerdBin)
 	}
 	slices.Sort(t.ReestablishNS)
 	slices.Sort(t.CloseLagNS)
@@ -186,6 +187,26 @@ func busiest(at []time.Time, w time.Duration) int {
 			lo++
 		}
 		best = max(best, hi-lo+1)
+	}
+	return best
+}
+
+// busiestClean is the most instants of at in a window of width at most w
+// that holds none of fails: each window starts at an instant of at and is
+// cut short at the first failure in it. at and fails are sorted.
+func busiestClean(at, fails []time.Time, w time.Duration) int {
+	best, f := 0, 0
+	for lo := range at {
+		end := at[lo].Add(w)
+		for f < len(fails) && fails[f].Before(at[lo]) {
+			f++
+		}
+		if f < len(fails) && fails[f].Before(end) {
+			end = fails[f]
+		}
+		// The first instant at or after end.
+		hi, _ := slices.BinarySearchFunc(at, end, func(a, e time.Time) int { return a.Compare(e) })
+		best = max(best, hi-lo)
 	}
 	return best
 }

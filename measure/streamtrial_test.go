@@ -49,6 +49,10 @@ func TestStreamTrial(t *testing.T) {
 	if want := []int{1, 1, 1}; !reflect.DeepEqual(got.Herd, want) || got.HerdPeak != 2 {
 		t.Errorf("herd %v peak %d, want %v", got.Herd, got.HerdPeak, want)
 	}
+	// The 502 at 1020 is before both re-opens of the busiest window.
+	if got.HerdCleanPeak != 2 {
+		t.Errorf("clean peak %d, want 2", got.HerdCleanPeak)
+	}
 	if want := map[string]int{"b": 2, "c": 1}; !reflect.DeepEqual(got.Reopened, want) {
 		t.Errorf("reopened %v, want %v", got.Reopened, want)
 	}
@@ -78,15 +82,18 @@ func TestStreamTrialUnclosedIsAFloor(t *testing.T) {
 	}
 }
 
+// instants is t0 + each of ms milliseconds.
+func instants(t0 time.Time, ms ...int) []time.Time {
+	var out []time.Time
+	for _, m := range ms {
+		out = append(out, t0.Add(time.Duration(m)*time.Millisecond))
+	}
+	return out
+}
+
 func TestBusiest(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	at := func(ms ...int) []time.Time {
-		var out []time.Time
-		for _, m := range ms {
-			out = append(out, t0.Add(time.Duration(m)*time.Millisecond))
-		}
-		return out
-	}
+	at := func(ms ...int) []time.Time { return instants(t0, ms...) }
 	for _, tc := range []struct {
 		at   []time.Time
 		want int
@@ -153,5 +160,31 @@ func TestStreamLogMergesTheLastRead(t *testing.T) {
 	}
 	if streamLog(nil, nil) != nil || streamLog(&probe.Timeline{}, nil) != nil {
 		t.Errorf("streamLog without stream logs is not nil")
+	}
+}
+
+func TestBusiestClean(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ms := func(ns ...int) []time.Time { return instants(t0, ns...) }
+	for _, tc := range []struct {
+		name      string
+		at, fails []time.Time
+		want      int
+	}{
+		{"no failures: the sliding peak", ms(0, 10, 20, 150, 160), nil, 3},
+		{"a failure inside the burst cuts it", ms(0, 10, 20, 150, 160), ms(15), 2},
+		{"the window after the failure", ms(0, 10, 20, 30, 40, 200), ms(5), 4},
+		{"a failure at an instant leaves the rest after it", ms(0, 10, 20), ms(0), 2},
+		{"failures everywhere", ms(0, 10), ms(0, 10), 0},
+		{"none", nil, ms(0), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := busiestClean(tc.at, tc.fails, 100*time.Millisecond); got != tc.want {
+				t.Errorf("busiestClean = %d, want %d", got, tc.want)
+			}
+			if got, peak := busiestClean(tc.at, tc.fails, 100*time.Millisecond), busiest(tc.at, 100*time.Millisecond); got > peak {
+				t.Errorf("clean peak %d over the peak %d", got, peak)
+			}
+		})
 	}
 }

@@ -63,6 +63,10 @@ type StreamTrial struct {
 	HerdBinNS int64 `json:"herd_bin_ns,omitempty"`
 	Herd      []int `json:"herd,omitempty"`
 	HerdPeak  int   `json:"herd_peak"`
+	// HerdCleanPeak is the most re-opens in any HerdBinNS window in which
+	// no re-open attempt failed: a load the survivors were seen to take
+	// (they may take more). It equals HerdPeak when no re-open failed.
+	HerdCleanPeak int `json:"herd_clean_peak,omitempty"`
 	// Reopened counts the re-opens by the pod they landed on.
 	Reopened map[string]int `json:"reopened,omitempty"`
 	// Failures counts failed re-open attempts by kind (status_502,
@@ -101,6 +105,10 @@ type StreamSummary struct {
 	Herd                       []int
 	OpenAtSigterm, Graceful    int
 	Abrupt, Unclosed, WithOpen int
+	// MaxOpen is the most streams open to one pod at its SIGTERM;
+	// CleanPeak the most re-opens in 100 ms taken without a failure in
+	// any trial (StreamTrial.HerdCleanPeak).
+	MaxOpen, CleanPeak         int
 	Protocol, Drain, Reconnect string
 	// Path is "" for the streams through the ingress, "ClusterIP" for the
 	// in-cluster runners'.
@@ -137,6 +145,8 @@ func (s *StreamSummary) Add(r *Record) {
 	s.Graceful += t.Graceful
 	s.Abrupt += t.Abrupt
 	s.Unclosed += t.Unclosed
+	s.MaxOpen = max(s.MaxOpen, t.OpenAtSigterm)
+	s.CleanPeak = max(s.CleanPeak, t.HerdCleanPeak)
 	for k, v := range t.CloseKinds {
 		s.CloseKinds[k] += v
 	}
@@ -322,19 +332,44 @@ func NewStreamsReporter(s *StreamSummary, preStop, headroom time.Duration) Repor
 	}
 }
 
-// streamAdvice is the app-side advice the numbers support.
+// streamAdvice is the app-side advice the numbers support. The spread is
+// sized from what the survivors were seen to take: the most re-opens in
+// 100 ms with no failed re-open in that window (CleanPeak), a floor of their
+// capacity; J is the shortest spread that keeps a herd of MaxOpen uniform
+// closes under it with 95% probability (SpreadFor).
 func streamAdvice(s *StreamSummary) string {
 	var b strings.Builder
 	if s.Abrupt > 0 {
 		fmt.Fprintf(&b, "  %d streams ended abruptly (the process died with them open): close them after the\n"+
 			"    preStop with a going-away signal (WebSocket 1001/1012, HTTP/2 GOAWAY + a status).\n", s.Abrupt)
 	}
-	if d, ok := s.Dist(MetricStreamHerdPeak); ok && s.WithOpen > 0 && s.OpenAtSigterm > 0 {
-		perTrial := float64(s.OpenAtSigterm) / float64(s.WithOpen)
-		if float64(d.MaxNS) >= 0.5*perTrial {
-			fmt.Fprintf(&b, "  up to %d re-opens landed in one %s (of ~%.0f streams per pod): spread the closes over\n"+
-				"    J seconds (--stream-drain close-jittered=J) so the survivors take ~N/(10·J) per 100 ms.\n",
-				d.MaxNS, HerdBin, perTrial)
+	d, ok := s.Dist(MetricStreamHerdPeak)
+	if !ok || s.MaxOpen == 0 {
+		return b.String()
+	}
+	failed := 0
+	for _, n := range s.Failures {
+		failed += n
+	}
+	switch {
+	case failed == 0:
+		if float64(d.MaxNS) >= 0.5*float64(s.MaxOpen) {
+			fmt.Fprintf(&b, "  up to %d re-opens landed in one %s (of up to %d streams per pod) and the survivors took\n"+
+				"    them without a failed re-open: at this size the herd needs no spread.\n", d.MaxNS, HerdBin, s.MaxOpen)
+		}
+	case s.CleanPeak == 0:
+		fmt.Fprintf(&b, "  %d re-opens failed and no %s took a re-open without a failure: the survivors' capacity\n"+
+			"    is unknown; spread the closes (--stream-drain close-jittered=DUR) and measure again.\n", failed, HerdBin)
+	default:
+		if j, ok := SpreadFor(s.MaxOpen, s.CleanPeak, HerdBin, SpreadConfidence); ok && j > 0 {
+			fmt.Fprintf(&b, "  %d re-opens failed; the survivors took up to %d re-opens in one %s without a failure.\n"+
+				"    Spread the closes over J ≥ %s (--stream-drain close-jittered=%s): %d closes uniform over J put\n"+
+				"    at most %d in any %s with 95%% probability.\n",
+				failed, s.CleanPeak, HerdBin, j, j, s.MaxOpen, s.CleanPeak, HerdBin)
+		} else if !ok {
+			fmt.Fprintf(&b, "  %d re-opens failed; the survivors took only %d re-opens in one %s without a failure:\n"+
+				"    no spread up to 10 minutes keeps %d closes under that; add survivors or hold fewer streams per pod.\n",
+				failed, s.CleanPeak, HerdBin, s.MaxOpen)
 		}
 	}
 	return b.String()

@@ -66,7 +66,10 @@ func TestStreamSummaryBoundAndGrace(t *testing.T) {
 func TestStreamSummaryUnclosedIsLowerBound(t *testing.T) {
 	s := NewStreamSummary(0.5, 0.95)
 	for i := range 3 {
-		s.Add(streamRecord(i, time.Duration(i+1)*time.Second, 1, []int{10}))
+		r := streamRecord(i, time.Duration(i+1)*time.Second, 1, []int{10})
+		// The survivors took at most 2+i re-opens in 100 ms cleanly.
+		r.Streams.HerdCleanPeak = 2 + i
+		s.Add(r)
 	}
 	s.Close()
 	if _, lower, ok := s.StreamGrace(0, time.Second); !ok || !lower {
@@ -76,8 +79,30 @@ func TestStreamSummaryUnclosedIsLowerBound(t *testing.T) {
 	if err := NewStreamsReporter(s, 0, time.Second)(&b); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "≥ at least") || !strings.Contains(b.String(), "close-jittered=J") {
-		t.Errorf("report:\n%s", b.String())
+	// J is sized from the most taken cleanly (4) for the 10 streams a pod
+	// had.
+	j, ok := SpreadFor(10, 4, HerdBin, SpreadConfidence)
+	if !ok || j <= 0 {
+		t.Fatalf("SpreadFor(10, 4) = %s, %v", j, ok)
+	}
+	for _, want := range []string{"≥ at least", "took up to 4 re-opens in one 100ms without a failure",
+		"close-jittered=" + j.String() + ")", "at most 4 in any 100ms"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// Without a failed re-open the survivors took the whole herd: no spread is
+// advised, whatever its peak.
+func TestStreamAdviceNoFailures(t *testing.T) {
+	s := NewStreamSummary(0.5, 0.95)
+	r := streamRecord(0, time.Second, 0, []int{9, 1})
+	r.Streams.Failures, r.Streams.HerdCleanPeak = nil, 9
+	s.Add(r)
+	s.Close()
+	if got := streamAdvice(s); !strings.Contains(got, "needs no spread") || strings.Contains(got, "close-jittered") {
+		t.Errorf("advice:\n%s", got)
 	}
 }
 
