@@ -154,6 +154,10 @@ type StreamHolder struct {
 	mu      sync.Mutex
 	events  []StreamEvent
 	dropped int64
+
+	// door, set by benchmarks only, measures the WebSocket stamps' door
+	// delay (doorLog).
+	door *doorLog
 }
 
 // NewStreamHolder checks cfg and builds a holder on clk.
@@ -268,6 +272,11 @@ func (h *StreamHolder) once(ctx context.Context, slot int, id string) bool {
 func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int, id string) bool {
 	dctx, cancel := context.WithTimeout(ctx, h.cfg.DialTimeout)
 	opts := &websocket.DialOptions{HTTPHeader: http.Header{probe.HeaderStream: {id}}}
+	var door atomic.Pointer[doorConn]
+	if h.door != nil {
+		opts.HTTPClient = h.door.client
+		dctx = context.WithValue(dctx, doorKey{}, &door)
+	}
 	if h.cfg.Host != "" {
 		opts.Host = h.cfg.Host
 	}
@@ -283,12 +292,17 @@ func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int, id string) b
 		return false
 	}
 	defer c.CloseNow()
+	var stamped func(time.Time)
+	if dc := door.Load(); h.door != nil && dc != nil {
+		h.door.add(true, at, dc)
+		stamped = func(at time.Time) { h.door.add(false, at, dc) }
+	}
 	pod := resp.Header.Get(probe.HeaderPod)
 	var server time.Time
 	if ns, err := strconv.ParseInt(resp.Header.Get(probe.HeaderTime), 10, 64); err == nil {
 		server = time.Unix(0, ns)
 	}
-	h.hold(ctx, StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1, ServerTime: server}, func() error {
+	h.hold(ctx, StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1, ServerTime: server}, stamped, func() error {
 		_, _, err := c.Read(ctx)
 		return err
 	}, func(err error) (string, int) {
@@ -303,7 +317,9 @@ func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int, id string) b
 // hold logs the open of a stream, reads it with read until it fails, and
 // logs its close as ended says; a close by ctx (the holder stopping) is
 // not logged.
-func (h *StreamHolder) hold(ctx context.Context, open StreamEvent, read func() error, ended func(error) (string, int)) {
+//
+// stamped, if not nil, is told the close's stamp first (doorLog).
+func (h *StreamHolder) hold(ctx context.Context, open StreamEvent, stamped func(time.Time), read func() error, ended func(error) (string, int)) {
 	pod := open.Pod
 	h.open.Add(1)
 	h.log(open)
@@ -321,6 +337,9 @@ func (h *StreamHolder) hold(ctx context.Context, open StreamEvent, read func() e
 		h.open.Add(-1)
 		if ctx.Err() != nil {
 			return
+		}
+		if stamped != nil {
+			stamped(at)
 		}
 		how, code := ended(err)
 		h.log(StreamEvent{Slot: open.Slot, Stream: open.Stream, Kind: EventClose, At: at, Pod: pod, How: how, Code: code,
@@ -380,7 +399,7 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 		}
 	}
 	m := new(wrapperspb.StringValue)
-	h.hold(ctx, StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1}, func() error { return st.RecvMsg(m) }, grpcCloseKind)
+	h.hold(ctx, StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1}, nil, func() error { return st.RecvMsg(m) }, grpcCloseKind)
 	return true
 }
 
