@@ -108,7 +108,12 @@ type StreamSummary struct {
 	// MaxOpen is the most streams open to one pod at its SIGTERM;
 	// CleanPeak the most re-opens in 100 ms taken without a failure in
 	// any trial (StreamTrial.HerdCleanPeak).
-	MaxOpen, CleanPeak         int
+	MaxOpen, CleanPeak int
+	// Closed and Matched add up the trials' closes and those matched to
+	// the probe's record of the stream; lags are the matched ones'
+	// CloseLagNS.
+	Closed, Matched            int
+	lags                       []int64
 	Protocol, Drain, Reconnect string
 	// Path is "" for the streams through the ingress, "ClusterIP" for the
 	// in-cluster runners'.
@@ -146,6 +151,9 @@ func (s *StreamSummary) Add(r *Record) {
 	s.Abrupt += t.Abrupt
 	s.Unclosed += t.Unclosed
 	s.MaxOpen = max(s.MaxOpen, t.OpenAtSigterm)
+	s.Closed += t.Closed
+	s.Matched += t.ProbeMatched
+	s.lags = append(s.lags, t.CloseLagNS...)
 	s.CleanPeak = max(s.CleanPeak, t.HerdCleanPeak)
 	for k, v := range t.CloseKinds {
 		s.CloseKinds[k] += v
@@ -263,6 +271,12 @@ func NewStreamsReporter(s *StreamSummary, preStop, headroom time.Duration) Repor
 				r = fmt.Sprintf("   %-22s %8d", pk[i], s.ProbeEnds[pk[i]])
 			}
 			e.printf("%s%s\n", l, r)
+		}
+		if s.Matched > 0 {
+			lags := slices.Sorted(slices.Values(s.lags))
+			e.printf("  %d of %d closes matched to the probe's record of the stream; client − probe: median %s,\n"+
+				"    from %s to %s (the pod's clock corrected for skew)\n",
+				s.Matched, s.Closed, signedDur(lags[len(lags)/2]), signedDur(lags[0]), signedDur(lags[len(lags)-1]))
 		}
 		e.printf("\n  %-22s %4s %9s %9s %9s %9s  %s\n", "stage", "n", "p50", "p90", "max", "bound", "")
 		for _, d := range s.Dists {

@@ -29,7 +29,15 @@ func TestStreamSummaryBoundAndGrace(t *testing.T) {
 	// 20 trials with last closes 4.0 s … 4.95 s: the bound of the median at
 	// 95% is an order statistic well inside, not a plain maximum.
 	for i := range 20 {
-		s.Add(streamRecord(i, 4*time.Second+time.Duration(i)*50*time.Millisecond, 0, []int{1, 2, 3, 2, 1, 1}))
+		r := streamRecord(i, 4*time.Second+time.Duration(i)*50*time.Millisecond, 0, []int{1, 2, 3, 2, 1, 1})
+		// Two trials' closes were matched to the probe's records.
+		switch i {
+		case 0:
+			r.Streams.ProbeMatched, r.Streams.CloseLagNS = 2, []int64{-int64(time.Millisecond), int64(3 * time.Millisecond)}
+		case 1:
+			r.Streams.ProbeMatched, r.Streams.CloseLagNS = 1, []int64{int64(12 * time.Millisecond)}
+		}
+		s.Add(r)
 	}
 	s.Add(&Record{Kind: KindTrial, Trial: 99}) // no streams: skipped
 	s.Close()
@@ -51,7 +59,8 @@ func TestStreamSummaryBoundAndGrace(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{"Long-lived connections", "ws_close 1012 (graceful)", "app_close", "stream_last_close",
-		"terminationGracePeriodSeconds ≥ 20", "re-opens landed on: pod-b 60%, pod-c 40%", "status_502 20", "reconnect herd"} {
+		"terminationGracePeriodSeconds ≥ 20", "re-opens landed on: pod-b 60%, pod-c 40%", "status_502 20", "reconnect herd",
+		"3 of 200 closes matched to the probe's record of the stream; client − probe: median +0.003s,", "from -0.001s to +0.012s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
