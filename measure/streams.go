@@ -177,6 +177,19 @@ func (r *runner) clusterStreamRecord(rec *results.Record, probeLog *probe.Stream
 	return streamTrial(in)
 }
 
+// streamDrainSpread is how long after SIGTERM the probe's stream drain
+// may still close streams: the spread of close-jittered plus 500 ms for
+// the last close to reach the clients (its timer and one frame through a
+// hop), zero otherwise. The probe is not released before it: a release
+// ends the drain early (the probe's exit closes what is left with 1001),
+// and the drain is what is measured.
+func streamDrainSpread(o StreamOptions) time.Duration {
+	if o.N == 0 || o.Drain.Mode != probe.DrainCloseJittered {
+		return 0
+	}
+	return o.Drain.Spread + 500*time.Millisecond
+}
+
 // streamLog is the probe's stream log for a trial's record: the final
 // timeline's (the termination message's when there is one: its counts and
 // the compact ends of the streams that ended at the exit), with the

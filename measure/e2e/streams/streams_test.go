@@ -109,7 +109,7 @@ func clusterStreams(t *testing.T, r *results.Record) *results.StreamTrial {
 	if r.ClusterStreams == nil {
 		t.Fatalf("no ClusterIP stream record; runners %+v", r.Runners)
 	}
-	t.Logf("cluster streams: %+v", *r.ClusterStreams)
+	t.Logf("cluster streams: %+v; runners %+v", *r.ClusterStreams, r.Runners)
 	return r.ClusterStreams
 }
 
