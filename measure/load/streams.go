@@ -191,6 +191,21 @@ func NewStreamHolder(cfg StreamConfig, clk clock.PassiveClock) (*StreamHolder, e
 	return h, nil
 }
 
+// OpenStreams is how many slots of a holder's event log (in log order, as
+// Events and a runner's Stats give it) have a stream open at its end.
+func OpenStreams(ev []StreamEvent) int {
+	open := map[int]bool{}
+	for _, e := range ev {
+		switch e.Kind {
+		case EventOpen:
+			open[e.Slot] = true
+		case EventClose:
+			delete(open, e.Slot)
+		}
+	}
+	return len(open)
+}
+
 // Open is how many streams are open now.
 func (h *StreamHolder) Open() int64 { return h.open.Load() }
 

@@ -370,3 +370,16 @@ func TestGRPCCloseKind(t *testing.T) {
 		})
 	}
 }
+
+func TestOpenStreams(t *testing.T) {
+	ev := []StreamEvent{
+		{Slot: 0, Kind: EventOpen}, {Slot: 1, Kind: EventOpen}, {Slot: 2, Kind: EventFail},
+		{Slot: 0, Kind: EventClose}, {Slot: 0, Kind: EventFail}, {Slot: 2, Kind: EventOpen},
+	}
+	if got := OpenStreams(ev); got != 2 {
+		t.Errorf("OpenStreams = %d, want 2 (slots 1 and 2)", got)
+	}
+	if got := OpenStreams(nil); got != 0 {
+		t.Errorf("OpenStreams(nil) = %d", got)
+	}
+}
