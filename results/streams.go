@@ -317,7 +317,16 @@ func NewStreamsReporter(s *StreamSummary, preStop, headroom time.Duration) Repor
 			for _, p := range pods {
 				parts = append(parts, fmt.Sprintf("%s %.0f%%", p, 100*float64(s.Reopened[p])/float64(total)))
 			}
-			e.printf("  re-opens landed on: %s\n", strings.Join(parts, ", "))
+			// One pod per deleted pod's replacement and survivor: wrapped
+			// to the terminal's TextWidth.
+			parts[0] = "re-opens landed on: " + parts[0]
+			for i, l := range wrap(parts, ", ", TextWidth-6) {
+				indent := "  "
+				if i > 0 {
+					indent = "    "
+				}
+				e.printf("%s%s\n", indent, l)
+			}
 		}
 		if len(s.Herd) > 1 {
 			series := make([]float64, len(s.Herd))

@@ -2,6 +2,7 @@ package results
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -104,6 +105,32 @@ func TestStreamSummaryUnclosedIsLowerBound(t *testing.T) {
 
 // Without a failed re-open the survivors took the whole herd: no spread is
 // advised, whatever its peak.
+// Re-opens over a dozen pods wrap to the terminal's width.
+func TestStreamReopensWrap(t *testing.T) {
+	s := NewStreamSummary(0.5, 0.95)
+	r := streamRecord(0, time.Second, 0, []int{9, 1})
+	r.Streams.Reopened = map[string]int{}
+	for i := range 12 {
+		r.Streams.Reopened[fmt.Sprintf("probe-695788f5d6-%05d", i)] = 10 + i
+	}
+	s.Add(r)
+	s.Close()
+	var b bytes.Buffer
+	if err := NewStreamsReporter(s, 0, time.Second)(&b); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(b.String(), "\n") {
+		if len([]rune(line)) > TextWidth {
+			t.Errorf("line of %d columns: %q", len([]rune(line)), line)
+		}
+		n += strings.Count(line, "probe-695788f5d6-")
+	}
+	if n != 12 || !strings.Contains(b.String(), "  re-opens landed on: probe-695788f5d6-00011 ") {
+		t.Errorf("%d of 12 pods listed, or not from the busiest:\n%s", n, b.String())
+	}
+}
+
 func TestStreamAdviceNoFailures(t *testing.T) {
 	s := NewStreamSummary(0.5, 0.95)
 	r := streamRecord(0, time.Second, 0, []int{9, 1})
