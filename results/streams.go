@@ -276,7 +276,7 @@ func NewStreamsReporter(s *StreamSummary, preStop, headroom time.Duration) Repor
 			lags := slices.Sorted(slices.Values(s.lags))
 			e.printf("  %d of %d closes matched to the probe's record of the stream; client − probe: median %s,\n"+
 				"    from %s to %s (the pod's clock corrected for skew)\n",
-				s.Matched, s.Closed, signedDur(lags[len(lags)/2]), signedDur(lags[0]), signedDur(lags[len(lags)-1]))
+				s.Matched, s.Closed, signedMS(lags[len(lags)/2]), signedMS(lags[0]), signedMS(lags[len(lags)-1]))
 		}
 		e.printf("\n  %-22s %4s %9s %9s %9s %9s  %s\n", "stage", "n", "p50", "p90", "max", "bound", "")
 		for _, d := range s.Dists {
@@ -312,7 +312,9 @@ func NewStreamsReporter(s *StreamSummary, preStop, headroom time.Duration) Repor
 			for _, v := range s.Reopened {
 				total += v
 			}
-			pods := slices.SortedFunc(maps.Keys(s.Reopened), func(a, b string) int { return cmp.Compare(s.Reopened[b], s.Reopened[a]) })
+			pods := slices.SortedFunc(maps.Keys(s.Reopened), func(a, b string) int {
+				return cmp.Or(cmp.Compare(s.Reopened[b], s.Reopened[a]), cmp.Compare(a, b))
+			})
 			var parts []string
 			for _, p := range pods {
 				parts = append(parts, fmt.Sprintf("%s %.0f%%", p, 100*float64(s.Reopened[p])/float64(total)))
@@ -320,12 +322,16 @@ func NewStreamsReporter(s *StreamSummary, preStop, headroom time.Duration) Repor
 			// One pod per deleted pod's replacement and survivor: wrapped
 			// to the terminal's TextWidth.
 			parts[0] = "re-opens landed on: " + parts[0]
-			for i, l := range wrap(parts, ", ", TextWidth-6) {
-				indent := "  "
+			lines := wrap(parts, ", ", TextWidth-7)
+			for i, l := range lines {
+				indent, more := "  ", ","
 				if i > 0 {
 					indent = "    "
 				}
-				e.printf("%s%s\n", indent, l)
+				if i == len(lines)-1 {
+					more = ""
+				}
+				e.printf("%s%s%s\n", indent, l, more)
 			}
 		}
 		if len(s.Herd) > 1 {
@@ -397,6 +403,9 @@ func streamAdvice(s *StreamSummary) string {
 	}
 	return b.String()
 }
+
+// signedMS renders ns in milliseconds with a sign and 0.1 ms: +1.3ms.
+func signedMS(ns int64) string { return fmt.Sprintf("%+.1fms", float64(ns)/1e6) }
 
 // closeKindLabel renders "ws_close 1012" as "ws_close 1012 (graceful)".
 func closeKindLabel(k string) string {

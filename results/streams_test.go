@@ -61,7 +61,7 @@ func TestStreamSummaryBoundAndGrace(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{"Long-lived connections", "ws_close 1012 (graceful)", "app_close", "stream_last_close",
 		"terminationGracePeriodSeconds ≥ 20", "re-opens landed on: pod-b 60%, pod-c 40%", "status_502 20", "reconnect herd",
-		"3 of 200 closes matched to the probe's record of the stream; client − probe: median +0.003s,", "from -0.001s to +0.012s"} {
+		"3 of 200 closes matched to the probe's record of the stream; client − probe: median +3.0ms,", "from -1.0ms to +12.0ms"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
