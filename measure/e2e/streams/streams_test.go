@@ -206,14 +206,16 @@ func checkClose(t *testing.T, r *results.Record, s *results.StreamTrial, path st
 // ClusterIP: closes spread over [0, 5 s] after SIGTERM (the last ≤ 5.2 s:
 // the probe's timer plus delivery), all graceful with 1012, and the herd's
 // busiest 100 ms holds at most a quarter of the pod's streams (close's
-// holds ≥ 80%: see above). 60 streams over 3 replicas put about 20 on the
-// deleted pod per path (7 of 20 did in a first run, too few: two of 7
-// uniform draws land within 100 ms more often than not); with k ≥ 12
-// draws uniform over 5 s, more than k/4 in one sliding 100 ms window has
-// probability below 1e-2 (Poisson rate k/50 per window, about 50 windows).
+// holds ≥ 80%: see above). The quarter bound needs k ≥ 12 streams on the
+// pod per path (7 of 20 were too few in a first run: two of 7 uniform
+// draws land within 100 ms more often than not); with k ≥ 12 draws uniform
+// over 5 s, more than k/4 in one sliding 100 ms window has probability
+// below 1e-2 (Poisson rate k/50 per window, about 50 windows). 80 streams
+// over 3 replicas put Binomial(80, 1/3) on the deleted pod, mean 27: fewer
+// than 12 has probability 6e-5 per path.
 func TestCloseJitteredSpreadsTheHerd(t *testing.T) {
 	cfg := config(t, load.ProtocolWebSocket, probe.StreamDrain{Mode: probe.DrainCloseJittered, Spread: 5 * time.Second})
-	cfg.Streams.N = 3 * streams
+	cfg.Streams.N = 4 * streams
 	bothPaths(t, cfg, "ingress", checkJittered)
 }
 
