@@ -156,7 +156,7 @@ test: deps
 # 10^4 peers (hack/bench-probe.sh, about two minutes); and the cost of
 # stamping a watch event under a 5,000-endpoint Service on the local cluster
 # (hack/bench-stamp.sh, about 30 seconds); a 10,000-stream reconnect herd:
-# its open stamp delay and the client's RSS (hack/bench-streams.sh, about a
+# the door delay of its stamps and the client's RSS (hack/bench-streams.sh, about a
 # minute); and on the local cluster the load
 # generator's rate through a ClusterIP from a runner pod next to loopback,
 # and the highest rate it sustains through Skipper next to vegeta at that

@@ -324,6 +324,14 @@ func (r *runner) runnersSteady(ctx context.Context, pods []*corev1.Pod, base map
 		if err != nil {
 			return fmt.Sprintf("runner %s: %v", p.Name, err), nil
 		}
+		// The runner's streams must be open before a trial, as the
+		// tool's are (startStreams): a stream that opens after SIGTERM is
+		// not one the trial can follow.
+		if n := r.cfg.Streams.N; n > 0 {
+			if open := load.OpenStreams(s.Streams); open < n {
+				return fmt.Sprintf("runner %s: %d of %d streams open through the ClusterIP", p.Name, open, n), nil
+			}
+		}
 		for _, ps := range s.Pods {
 			k := p.Name + "\x00" + ps.Pod
 			if n, seen := base[k]; !seen {

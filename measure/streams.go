@@ -131,7 +131,7 @@ func (r *runner) streamsNotOpen(h *load.StreamHolder) error {
 
 // streamRecord builds rec's stream record: the holder's events up to end,
 // the pod's SIGTERM (pod clock corrected) and the data plane's withdrawal.
-func (r *runner) streamRecord(rec *results.Record, tl *probe.Timeline, end time.Time) *results.StreamTrial {
+func (r *runner) streamRecord(rec *results.Record, probeLog *probe.StreamLog, end time.Time) *results.StreamTrial {
 	if r.streams == nil {
 		return nil
 	}
@@ -142,9 +142,7 @@ func (r *runner) streamRecord(rec *results.Record, tl *probe.Timeline, end time.
 	ev, _ := r.streams.Events()
 	in := streamInput{events: ev, pod: rec.Pod, sigterm: sig.At, withdrawn: withdrawal(rec), until: end,
 		protocol: r.cfg.Streams.Protocol, drain: r.cfg.Streams.Drain.String(), reconnect: r.cfg.Streams.Reconnect.String()}
-	if tl != nil {
-		in.probeLog = tl.Streams
-	}
+	in.probeLog, in.probeSkew = probeLog, time.Duration(rec.SkewNS)
 	return streamTrial(in)
 }
 
@@ -152,7 +150,7 @@ func (r *runner) streamRecord(rec *results.Record, tl *probe.Timeline, end time.
 // streams (through the ClusterIP): their events moved onto the tool clock
 // by each runner's skew estimate, slots numbered apart per runner. Nil
 // without runner streams, or when no runner's clock could be read.
-func (r *runner) clusterStreamRecord(rec *results.Record, runners []*runnerState, end time.Time) *results.StreamTrial {
+func (r *runner) clusterStreamRecord(rec *results.Record, probeLog *probe.StreamLog, runners []*runnerState, end time.Time) *results.StreamTrial {
 	o := r.cfg.Streams
 	sig, ok := rec.Stage(results.StageSigterm)
 	if o.N == 0 || !ok {
@@ -173,8 +171,44 @@ func (r *runner) clusterStreamRecord(rec *results.Record, runners []*runnerState
 	if len(ev) == 0 {
 		return nil
 	}
-	return streamTrial(streamInput{events: ev, pod: rec.Pod, sigterm: sig.At, withdrawn: withdrawal(rec), until: end,
-		protocol: o.Protocol, drain: o.Drain.String(), reconnect: o.Reconnect.String()})
+	in := streamInput{events: ev, pod: rec.Pod, sigterm: sig.At, withdrawn: withdrawal(rec), until: end,
+		protocol: o.Protocol, drain: o.Drain.String(), reconnect: o.Reconnect.String()}
+	in.probeLog, in.probeSkew = probeLog, time.Duration(rec.SkewNS)
+	return streamTrial(in)
+}
+
+// streamDrainSpread is how long after SIGTERM the probe's stream drain
+// may still close streams: the spread of close-jittered plus 500 ms for
+// the last close to reach the clients (its timer and one frame through a
+// hop), zero otherwise. The probe is not released before it: a release
+// ends the drain early (the probe's exit closes what is left with 1001),
+// and the drain is what is measured.
+func streamDrainSpread(o StreamOptions) time.Duration {
+	if o.N == 0 || o.Drain.Mode != probe.DrainCloseJittered {
+		return 0
+	}
+	return o.Drain.Spread + 500*time.Millisecond
+}
+
+// streamLog is the probe's stream log for a trial's record: the final
+// timeline's (the termination message's when there is one: its counts and
+// the compact ends of the streams that ended at the exit), with the
+// per-stream records of the last /timeline read while the probe ran (the
+// termination message has no room for them). Nil if neither has one.
+func streamLog(final, lastRead *probe.Timeline) *probe.StreamLog {
+	var l probe.StreamLog
+	switch {
+	case final != nil && final.Streams != nil:
+		l = *final.Streams
+	case lastRead != nil && lastRead.Streams != nil:
+		l = *lastRead.Streams
+	default:
+		return nil
+	}
+	if lastRead != nil && lastRead.Streams != nil && len(l.Records) == 0 {
+		l.Records = lastRead.Streams.Records
+	}
+	return &l
 }
 
 // withdrawal is when the data plane had withdrawn the pod's endpoint: the

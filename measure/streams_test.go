@@ -3,8 +3,10 @@ package measure
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/epwindow/epwindow/measure/load"
+	"github.com/epwindow/epwindow/probe"
 )
 
 func TestValidateStreams(t *testing.T) {
@@ -36,5 +38,22 @@ func TestValidateStreams(t *testing.T) {
 				t.Fatalf("validateStreams = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestStreamDrainSpread(t *testing.T) {
+	jittered := probe.StreamDrain{Mode: probe.DrainCloseJittered, Spread: 5 * time.Second}
+	for _, tc := range []struct {
+		o    StreamOptions
+		want time.Duration
+	}{
+		{StreamOptions{}, 0},
+		{StreamOptions{N: 10, Drain: probe.StreamDrain{Mode: probe.DrainClose}}, 0},
+		{StreamOptions{N: 0, Drain: jittered}, 0},
+		{StreamOptions{N: 10, Drain: jittered}, 5500 * time.Millisecond},
+	} {
+		if got := streamDrainSpread(tc.o); got != tc.want {
+			t.Errorf("streamDrainSpread(%+v) = %s, want %s", tc.o, got, tc.want)
+		}
 	}
 }

@@ -22,6 +22,9 @@ type streamInput struct {
 	withdrawn time.Time
 	until     time.Time
 	probeLog  *probe.StreamLog
+	// probeSkew is the pod's clock minus the tool's (the skew estimate's
+	// offset): the probe's stream ends move onto the tool clock by it.
+	probeSkew time.Duration
 	protocol  string
 	drain     string
 	reconnect string
@@ -56,8 +59,8 @@ func streamTrial(in streamInput) *results.StreamTrial {
 		}
 		return slots[i]
 	}
-	var closes []time.Time
-	var reopens []time.Time
+	probeEnds := streamEnds(in.probeLog, in.probeSkew)
+	var closes, reopens, fails []time.Time
 	sigtermSeen := false
 	markSigterm := func() {
 		if sigtermSeen {
@@ -107,10 +110,15 @@ func streamTrial(in streamInput) *results.StreamTrial {
 				}
 				t.CloseKinds[kind]++
 				s.awaitOpen, s.closedAt = true, e.At
+				if end, ok := probeEnds[e.Stream]; ok && e.Stream != "" {
+					t.ProbeMatched++
+					t.CloseLagNS = append(t.CloseLagNS, int64(e.At.Sub(end)))
+				}
 			}
 			s.isOpen, s.tracked = false, false
 		case load.EventFail:
 			if s.awaitOpen {
+				fails = append(fails, e.At)
 				if t.Failures == nil {
 					t.Failures = map[string]int{}
 				}
@@ -143,9 +151,31 @@ func streamTrial(in streamInput) *results.StreamTrial {
 	if len(closes) > 0 {
 		t.Herd = herd(closes[0], reopens, results.HerdBin)
 		t.HerdPeak = busiest(reopens, results.HerdBin)
+		t.HerdCleanPeak = busiestClean(reopens, fails, results.HerdBin)
 	}
 	slices.Sort(t.ReestablishNS)
+	slices.Sort(t.CloseLagNS)
 	return t
+}
+
+// streamEnds is the probe's end of each stream it has a client id for, on
+// the tool clock: from its records (read through /timeline while it ran)
+// and from the termination message's compact ends (the streams that ended
+// at its exit, after the last read).
+func streamEnds(l *probe.StreamLog, skew time.Duration) map[string]time.Time {
+	if l == nil {
+		return nil
+	}
+	out := map[string]time.Time{}
+	for _, r := range l.Records {
+		if r.Client != "" && r.Ended != nil {
+			out[r.Client] = r.Ended.Add(-skew)
+		}
+	}
+	for _, e := range l.Ends {
+		out[e.Client] = time.Unix(0, e.EndNS).Add(-skew)
+	}
+	return out
 }
 
 // busiest is the most instants in any window of width w (sliding, not
@@ -157,6 +187,26 @@ func busiest(at []time.Time, w time.Duration) int {
 			lo++
 		}
 		best = max(best, hi-lo+1)
+	}
+	return best
+}
+
+// busiestClean is the most instants of at in a window of width at most w
+// that holds none of fails: each window starts at an instant of at and is
+// cut short at the first failure in it. at and fails are sorted.
+func busiestClean(at, fails []time.Time, w time.Duration) int {
+	best, f := 0, 0
+	for lo := range at {
+		end := at[lo].Add(w)
+		for f < len(fails) && fails[f].Before(at[lo]) {
+			f++
+		}
+		if f < len(fails) && fails[f].Before(end) {
+			end = fails[f]
+		}
+		// The first instant at or after end.
+		hi, _ := slices.BinarySearchFunc(at, end, func(a, e time.Time) int { return a.Compare(e) })
+		best = max(best, hi-lo)
 	}
 	return best
 }

@@ -49,6 +49,10 @@ func TestStreamTrial(t *testing.T) {
 	if want := []int{1, 1, 1}; !reflect.DeepEqual(got.Herd, want) || got.HerdPeak != 2 {
 		t.Errorf("herd %v peak %d, want %v", got.Herd, got.HerdPeak, want)
 	}
+	// The 502 at 1020 is before both re-opens of the busiest window.
+	if got.HerdCleanPeak != 2 {
+		t.Errorf("clean peak %d, want 2", got.HerdCleanPeak)
+	}
 	if want := map[string]int{"b": 2, "c": 1}; !reflect.DeepEqual(got.Reopened, want) {
 		t.Errorf("reopened %v, want %v", got.Reopened, want)
 	}
@@ -78,15 +82,18 @@ func TestStreamTrialUnclosedIsAFloor(t *testing.T) {
 	}
 }
 
+// instants is t0 + each of ms milliseconds.
+func instants(t0 time.Time, ms ...int) []time.Time {
+	var out []time.Time
+	for _, m := range ms {
+		out = append(out, t0.Add(time.Duration(m)*time.Millisecond))
+	}
+	return out
+}
+
 func TestBusiest(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	at := func(ms ...int) []time.Time {
-		var out []time.Time
-		for _, m := range ms {
-			out = append(out, t0.Add(time.Duration(m)*time.Millisecond))
-		}
-		return out
-	}
+	at := func(ms ...int) []time.Time { return instants(t0, ms...) }
 	for _, tc := range []struct {
 		at   []time.Time
 		want int
@@ -100,5 +107,84 @@ func TestBusiest(t *testing.T) {
 		if got := busiest(tc.at, 100*time.Millisecond); got != tc.want {
 			t.Errorf("busiest(%v) = %d, want %d", tc.at, got, tc.want)
 		}
+	}
+}
+
+// Each closed stream of the pod is matched to the probe's record of it by
+// the client's stream id, from the records (/timeline) or the termination
+// message's ends, with the pod's clock moved onto the tool's: the lag is
+// the client's close minus the probe's end. A stream the probe has no
+// record of, and one of another pod, are not matched.
+func TestStreamTrialMatchesTheProbesEnds(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	const skew = 40 * time.Millisecond // pod clock − tool clock
+	pod := func(n int) *time.Time { at := ms(n).Add(skew); return &at }
+	ev := []load.StreamEvent{
+		{Slot: 0, Stream: "x-0-0", Kind: load.EventOpen, At: ms(0), Pod: "a"},
+		{Slot: 1, Stream: "x-1-0", Kind: load.EventOpen, At: ms(0), Pod: "a"},
+		{Slot: 2, Stream: "x-2-0", Kind: load.EventOpen, At: ms(0), Pod: "a"},
+		{Slot: 3, Stream: "x-3-0", Kind: load.EventOpen, At: ms(0), Pod: "b"},
+		{Slot: 0, Stream: "x-0-0", Kind: load.EventClose, At: ms(1003), Pod: "a", How: load.CloseWS, Code: 1012},
+		{Slot: 1, Stream: "x-1-0", Kind: load.EventClose, At: ms(3010), Pod: "a", How: load.CloseEOF, Code: -1},
+		{Slot: 2, Stream: "x-2-0", Kind: load.EventClose, At: ms(3020), Pod: "a", How: load.CloseEOF, Code: -1},
+		{Slot: 3, Stream: "x-3-0", Kind: load.EventClose, At: ms(3030), Pod: "b", How: load.CloseEOF, Code: -1},
+	}
+	log := &probe.StreamLog{
+		// Read through /timeline: slot 0's end, at the drain.
+		Records: []probe.StreamRecord{{ID: 1, Client: "x-0-0", Ended: pod(1001), How: probe.EndAppClose},
+			{ID: 2, Client: "x-1-0"}}, // still open at that read
+		// The termination message: slot 1's end at the exit; slot 2's
+		// did not fit; slot 3 is another pod's.
+		Ends: []probe.StreamEnd{{Client: "x-1-0", EndNS: pod(3000).UnixNano(), How: probe.EndProcessExit}},
+	}
+	got := streamTrial(streamInput{events: ev, pod: "a", sigterm: ms(1000), probeLog: log, probeSkew: skew})
+	want := []int64{int64(2 * time.Millisecond), int64(10 * time.Millisecond)}
+	if got.Closed != 3 || got.ProbeMatched != 2 || !reflect.DeepEqual(got.CloseLagNS, want) {
+		t.Fatalf("closed %d, matched %d, lags %v; want 3, 2, %v", got.Closed, got.ProbeMatched, got.CloseLagNS, want)
+	}
+}
+
+// streamLog takes the final timeline's counts and ends with the records of
+// the last /timeline read.
+func TestStreamLogMergesTheLastRead(t *testing.T) {
+	end := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	term := &probe.Timeline{Streams: &probe.StreamLog{Opened: 3, Ends: []probe.StreamEnd{{Client: "x-1-0", How: probe.EndProcessExit}}}}
+	read := &probe.Timeline{Streams: &probe.StreamLog{Opened: 2, Records: []probe.StreamRecord{{Client: "x-0-0", Ended: &end}}}}
+	got := streamLog(term, read)
+	if got.Opened != 3 || len(got.Ends) != 1 || len(got.Records) != 1 || got.Records[0].Client != "x-0-0" {
+		t.Errorf("streamLog = %+v", got)
+	}
+	if got := streamLog(nil, read); got.Opened != 2 || len(got.Records) != 1 {
+		t.Errorf("streamLog without a termination message = %+v", got)
+	}
+	if streamLog(nil, nil) != nil || streamLog(&probe.Timeline{}, nil) != nil {
+		t.Errorf("streamLog without stream logs is not nil")
+	}
+}
+
+func TestBusiestClean(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ms := func(ns ...int) []time.Time { return instants(t0, ns...) }
+	for _, tc := range []struct {
+		name      string
+		at, fails []time.Time
+		want      int
+	}{
+		{"no failures: the sliding peak", ms(0, 10, 20, 150, 160), nil, 3},
+		{"a failure inside the burst cuts it", ms(0, 10, 20, 150, 160), ms(15), 2},
+		{"the window after the failure", ms(0, 10, 20, 30, 40, 200), ms(5), 4},
+		{"a failure at an instant leaves the rest after it", ms(0, 10, 20), ms(0), 2},
+		{"failures everywhere", ms(0, 10), ms(0, 10), 0},
+		{"none", nil, ms(0), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := busiestClean(tc.at, tc.fails, 100*time.Millisecond); got != tc.want {
+				t.Errorf("busiestClean = %d, want %d", got, tc.want)
+			}
+			if got, peak := busiestClean(tc.at, tc.fails, 100*time.Millisecond), busiest(tc.at, 100*time.Millisecond); got > peak {
+				t.Errorf("clean peak %d over the peak %d", got, peak)
+			}
+		})
 	}
 }

@@ -127,6 +127,7 @@ func (r *runner) follow(ctx context.Context, in trialInput, uid types.UID) (*res
 	var tl *probe.Timeline
 	var tlErr error
 	holdEnd := in.t0.Add(cfg.PreStopSleep + cfg.Hold)
+	drainEnd := in.t0.Add(cfg.PreStopSleep + streamDrainSpread(cfg.Streams))
 	tick := cfg.Clock.NewTicker(pollEvery)
 	defer tick.Stop()
 	hitHold := false
@@ -147,7 +148,7 @@ func (r *runner) follow(ctx context.Context, in trialInput, uid types.UID) (*res
 		// The probe is held until the ClusterIP path is quiet too.
 		quietSince = maxTime(quietSince, runnersLast(in.runners, in.pod))
 		r.report(Progress{Phase: "trial", Trial: i, Stage: stage})
-		if removed && now.Sub(quietSince) >= cfg.QuietPeriod {
+		if removed && now.Sub(quietSince) >= cfg.QuietPeriod && !now.Before(drainEnd) {
 			break
 		}
 		if now.After(holdEnd) {
@@ -242,8 +243,9 @@ wait:
 			Detail: fmt.Sprintf("the %s watch broke at %s: %s", e.resource, e.at.Format(time.RFC3339Nano), e.err)})
 	}
 	rec := buildRecord(in)
-	rec.Streams = r.streamRecord(rec, in.timeline, end)
-	rec.ClusterStreams = r.clusterStreamRecord(rec, in.runners, end)
+	streams := streamLog(in.timeline, tl)
+	rec.Streams = r.streamRecord(rec, streams, end)
+	rec.ClusterStreams = r.clusterStreamRecord(rec, streams, in.runners, end)
 	r.recordStartup(ctx, rec, in.replacement, in.t0, end)
 	if cfg.StopOnBlindObserver {
 		for _, rm := range in.removals {

@@ -33,7 +33,28 @@ const (
 	GRPCMethod  = "/" + GRPCService + "/Watch"
 	// GRPCHeaderPod is the response-header metadata key naming the pod.
 	GRPCHeaderPod = "x-epwindow-pod"
+	// GRPCHeaderStream is the request metadata key of the client's stream
+	// id (HeaderStream's twin): the probe records it with the stream.
+	GRPCHeaderStream = "x-epwindow-stream"
 )
+
+// HeaderStream is the WebSocket request header carrying the client's id
+// for one stream. Ingresses forward it like any end-to-end header, so the
+// probe's record of a stream and the client's can be matched one to one
+// through any hop (the probe's peer is the hop's address, not the
+// client's).
+const HeaderStream = "X-Epwindow-Stream"
+
+// maxClientID bounds a recorded client id (a header is the client's to
+// choose; the termination message has 4 KiB).
+const maxClientID = 40
+
+func clientID(v string) string {
+	if len(v) > maxClientID {
+		return v[:maxClientID]
+	}
+	return v
+}
 
 // Stream protocols as recorded.
 const (
@@ -141,21 +162,52 @@ type StreamLog struct {
 	Ended map[string]int64 `json:"ended,omitempty"`
 	// Records has the open streams and the latest ended ones (at most
 	// --max-stream-records ended; RecordsDropped counts older ones let go).
-	// The termination message carries none of them (4 KiB).
+	// The termination message carries none of them (4 KiB): it carries
+	// Ends instead.
 	Records        []StreamRecord `json:"records,omitempty"`
 	RecordsDropped int64          `json:"records_dropped,omitempty"`
+	// Ends is the termination message's compact form of the records of
+	// streams that ended at or after SIGTERM and had a client id: what
+	// /timeline can no longer tell once the probe has exited (with
+	// --stream-drain none they end at the exit). The latest that fit are
+	// kept; EndsDropped counts the rest.
+	Ends        []StreamEnd `json:"ends,omitempty"`
+	EndsDropped int         `json:"ends_dropped,omitempty"`
+}
+
+// StreamEnd is one ended stream in the termination message: the client's
+// id, the end (probe clock, unix ns, as StreamRecord.Ended) and how.
+type StreamEnd struct {
+	Client string `json:"c"`
+	EndNS  int64  `json:"e"`
+	How    string `json:"h"`
+}
+
+// ends is the compact list of l's records that ended at or after since and
+// carry a client id, in the order of l.Records (oldest end first).
+func (l *StreamLog) ends(since time.Time) []StreamEnd {
+	var out []StreamEnd
+	for _, r := range l.Records {
+		if r.Ended == nil || r.Client == "" || r.Ended.Before(since) {
+			continue
+		}
+		out = append(out, StreamEnd{Client: r.Client, EndNS: r.Ended.UnixNano(), How: r.How})
+	}
+	return out
 }
 
 // StreamRecord is one stream. Opened is stamped when the upgrade or RPC
 // reached the handler, Ended when the probe decided or saw its end (before
 // it writes a close frame or resets): probe clock plus offset, ~µs.
 type StreamRecord struct {
-	ID       uint64     `json:"id"`
-	Protocol string     `json:"protocol"`
-	Peer     string     `json:"peer"`
-	Opened   time.Time  `json:"opened"`
-	Ended    *time.Time `json:"ended,omitempty"`
-	How      string     `json:"how,omitempty"`
+	ID       uint64 `json:"id"`
+	Protocol string `json:"protocol"`
+	Peer     string `json:"peer"`
+	// Client is the id the client sent (HeaderStream, GRPCHeaderStream).
+	Client string     `json:"client,omitempty"`
+	Opened time.Time  `json:"opened"`
+	Ended  *time.Time `json:"ended,omitempty"`
+	How    string     `json:"how,omitempty"`
 	// Code is the WebSocket close code or the gRPC status code sent or
 	// received; absent for abrupt ends.
 	Code     *int  `json:"code,omitempty"`
@@ -255,9 +307,9 @@ func (h *streamHub) message(seq int64) string {
 }
 
 // begin registers a new stream; its Opened is at.
-func (h *streamHub) begin(at time.Time, proto, peerAddr string, conn net.Conn) *stream {
+func (h *streamHub) begin(at time.Time, proto, peerAddr, client string, conn net.Conn) *stream {
 	s := &stream{
-		rec:  StreamRecord{Protocol: proto, Peer: peerAddr, Opened: at.Round(0)},
+		rec:  StreamRecord{Protocol: proto, Peer: peerAddr, Client: clientID(client), Opened: at.Round(0)},
 		end:  make(chan streamEnd, 1),
 		conn: conn,
 		done: make(chan struct{}),
@@ -431,7 +483,7 @@ func (h *streamHub) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered
 	}
-	s := h.begin(h.rec.Now(), ProtoWebSocket, r.RemoteAddr, conn)
+	s := h.begin(h.rec.Now(), ProtoWebSocket, r.RemoteAddr, r.Header.Get(HeaderStream), conn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The reader sees the peer's close frame or the connection's end; the
@@ -514,7 +566,11 @@ func (h *streamHub) watch(ss grpc.ServerStream) error {
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		addr = p.Addr.String()
 	}
-	s := h.begin(at, ProtoGRPC, addr, conn)
+	client := ""
+	if v := metadata.ValueFromIncomingContext(ctx, GRPCHeaderStream); len(v) > 0 {
+		client = v[0]
+	}
+	s := h.begin(at, ProtoGRPC, addr, client, conn)
 	if err := ss.SendHeader(metadata.Pairs(GRPCHeaderPod, h.pod)); err != nil {
 		h.finish(s, h.rec.Now(), EndPeerGone, nil, 0)
 		return err

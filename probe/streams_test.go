@@ -7,7 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -79,20 +83,27 @@ func serveStreamsProbe(t *testing.T, drain StreamDrain, hold time.Duration) *inP
 
 // wsStream is a WebSocket client stream whose reader reports its end.
 type wsStream struct {
+	id   string
 	c    *websocket.Conn
 	msgs chan string
 	end  chan error
 }
 
+// streamIDs numbers the test clients' streams (HeaderStream).
+var streamIDs atomic.Int64
+
+func nextStreamID() string { return "t-" + strconv.FormatInt(streamIDs.Add(1), 10) }
+
 func dialWS(t *testing.T, p *inProcess) *wsStream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, "ws://"+p.addr+PathStream, nil)
+	id := nextStreamID()
+	c, _, err := websocket.Dial(ctx, "ws://"+p.addr+PathStream, &websocket.DialOptions{HTTPHeader: http.Header{HeaderStream: {id}}})
 	if err != nil {
 		t.Fatalf("dial websocket: %v", err)
 	}
-	s := &wsStream{c: c, msgs: make(chan string, 1024), end: make(chan error, 1)}
+	s := &wsStream{id: id, c: c, msgs: make(chan string, 1024), end: make(chan error, 1)}
 	go pump(s.msgs, s.end, func() (string, error) {
 		_, b, err := c.Read(context.Background())
 		return string(b), err
@@ -103,6 +114,7 @@ func dialWS(t *testing.T, p *inProcess) *wsStream {
 
 // grpcStream is a gRPC client stream of GRPCMethod.
 type grpcStream struct {
+	id   string
 	cc   *grpc.ClientConn
 	msgs chan string
 	end  chan error
@@ -115,8 +127,8 @@ func dialGRPC(t *testing.T, p *inProcess) *grpcStream {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	s := &grpcStream{cc: cc, msgs: make(chan string, 1024), end: make(chan error, 1)}
-	st, err := openGRPC(cc)
+	s := &grpcStream{id: nextStreamID(), cc: cc, msgs: make(chan string, 1024), end: make(chan error, 1)}
+	st, err := openGRPC(metadata.AppendToOutgoingContext(context.Background(), GRPCHeaderStream, s.id), cc)
 	if err != nil {
 		t.Fatalf("open grpc stream: %v", err)
 	}
@@ -144,8 +156,8 @@ func pump(msgs chan<- string, end chan<- error, read func() (string, error)) {
 	}
 }
 
-func openGRPC(cc *grpc.ClientConn) (grpc.ClientStream, error) {
-	st, err := cc.NewStream(context.Background(), &grpc.StreamDesc{ServerStreams: true}, GRPCMethod)
+func openGRPC(ctx context.Context, cc *grpc.ClientConn) (grpc.ClientStream, error) {
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, GRPCMethod)
 	if err != nil {
 		return nil, err
 	}
@@ -223,19 +235,35 @@ func TestStreamsNoneOutliveSigtermAndResetAtExit(t *testing.T) {
 	}
 	p.expect(t, "POST", PathRelease, 200)
 	p.waitDone(t)
+	seen := map[string]time.Time{}
 	for i := range ws {
-		err, _ := waitEnd(t, "websocket", ws[i].end)
+		err, at := waitEnd(t, "websocket", ws[i].end)
 		if code := websocket.CloseStatus(err); code != -1 {
 			t.Errorf("websocket ended with close code %d, want no close frame (abrupt): %v", code, err)
 		}
-		err, _ = waitEnd(t, "grpc", gs[i].end)
+		seen[ws[i].id] = at
+		err, at = waitEnd(t, "grpc", gs[i].end)
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("grpc stream ended with %v, want UNAVAILABLE", err)
 		}
+		seen[gs[i].id] = at
 	}
 	tl := p.termination(t)
 	if tl.Streams == nil || tl.Streams.Ended[EndProcessExit] != 6 || tl.Streams.Records != nil {
 		t.Fatalf("termination message streams = %+v, want 6 process_exit and no records", tl.Streams)
+	}
+	// The termination message names each stream by the client's id, with
+	// the probe's end: after its own SIGTERM, and before the client saw the
+	// reset (one clock here; waitEnd stamps after a channel receive).
+	if len(tl.Streams.Ends) != 6 || tl.Streams.EndsDropped != 0 {
+		t.Fatalf("termination message ends = %+v (dropped %d), want the 6 streams", tl.Streams.Ends, tl.Streams.EndsDropped)
+	}
+	for _, e := range tl.Streams.Ends {
+		client, ok := seen[e.Client]
+		end := time.Unix(0, e.EndNS)
+		if !ok || e.How != EndProcessExit || end.Before(*tl.Sigterm) || end.After(client) {
+			t.Errorf("probe end %+v (client saw its end at %s, sigterm %s): want a client's stream, process_exit, between", e, client, tl.Sigterm)
+		}
 	}
 }
 

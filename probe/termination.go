@@ -30,46 +30,74 @@ func ParseTimeline(b []byte) (Timeline, error) {
 // TerminationMessage renders tl as JSON of at most MaxTerminationMessage
 // bytes. Peers go first, the least recently active ones first (tl.Peers is
 // ordered latest first), and PeersOmitted says how many went; the totals and
-// instants always stay.
+// instants always stay. The stream log keeps its counts and, in the room the
+// peers leave, Ends: the latest stream ends since SIGTERM (EndsDropped counts
+// the older ones left out).
 func TerminationMessage(tl Timeline) ([]byte, error) {
 	all := tl.Peers
+	var ends []StreamEnd
 	if tl.Streams != nil {
 		counts := *tl.Streams
-		counts.Records = nil
+		if tl.Sigterm != nil {
+			ends = counts.ends(*tl.Sigterm)
+		}
+		counts.Records, counts.Ends, counts.EndsDropped = nil, nil, 0
 		tl.Streams = &counts
 	}
-	fits := func(n int) ([]byte, bool, error) {
+	render := func(peers, kept int) ([]byte, bool, error) {
 		t := tl
-		t.Peers = all[:n:n]
-		if n == 0 {
+		t.Peers = all[:peers:peers]
+		if peers == 0 {
 			t.Peers = nil
 		}
-		t.PeersOmitted = tl.PeersOmitted + len(all) - n
+		t.PeersOmitted = tl.PeersOmitted + len(all) - peers
+		if t.Streams != nil && len(ends) > 0 {
+			s := *t.Streams
+			s.Ends = ends[len(ends)-kept:]
+			if kept == 0 {
+				s.Ends = nil
+			}
+			s.EndsDropped = len(ends) - kept
+			t.Streams = &s
+		}
 		b, err := json.Marshal(t)
 		return b, err == nil && len(b) <= MaxTerminationMessage, err
 	}
-	b, ok, err := fits(len(all))
+	// Binary search for the most that fit (fits(lo) unknown, fits(hi)
+	// false): 1024 peers would otherwise mean 1024 encodings at exit.
+	most := func(hi int, fits func(int) ([]byte, bool)) []byte {
+		lo := 0
+		var best []byte
+		for lo < hi {
+			mid := (lo + hi) / 2
+			if b, ok := fits(mid); ok {
+				best, lo = b, mid+1
+			} else {
+				hi = mid
+			}
+		}
+		return best
+	}
+	b, ok, err := render(len(all), len(ends))
 	if err != nil {
 		return nil, fmt.Errorf("encode probe timeline: %w", err)
 	}
 	if ok {
 		return b, nil
 	}
-	// Binary search for the most peers that fit: 1024 peers would otherwise
-	// mean 1024 encodings at exit.
-	lo, hi := 0, len(all) // fits(lo) unknown yet, fits(hi) false
-	var best []byte
-	for lo < hi {
-		mid := (lo + hi) / 2
-		b, ok, _ := fits(mid)
-		if ok {
-			best, lo = b, mid+1
-		} else {
-			hi = mid
+	// Every peer that fits without stream ends, then the ends that fit
+	// beside them.
+	peers := len(all)
+	if _, ok, _ := render(peers, 0); !ok {
+		best := most(len(all), func(n int) ([]byte, bool) { b, ok, _ := render(n, 0); return b, ok })
+		if best == nil {
+			return nil, errors.New("probe timeline does not fit the 4096-byte termination message even without peers (is --pod-name too long?)")
 		}
+		return best, nil
 	}
-	if best == nil {
-		return nil, errors.New("probe timeline does not fit the 4096-byte termination message even without peers (is --pod-name too long?)")
+	best := most(len(ends), func(n int) ([]byte, bool) { b, ok, _ := render(peers, n); return b, ok })
+	if best == nil { // not even zero ends: cannot be, render(peers, 0) fit
+		return nil, errors.New("probe timeline does not fit the 4096-byte termination message")
 	}
 	return best, nil
 }

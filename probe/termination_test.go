@@ -172,3 +172,60 @@ func TestWriteTerminationLog(t *testing.T) {
 		t.Errorf("err = %v, want one naming --termination-log", err)
 	}
 }
+
+// The stream ends since SIGTERM ride in the termination message beside the
+// peers: all of them when they fit; else the peers first and the latest
+// ends in the room left, with EndsDropped counting the rest.
+func TestTerminationMessageKeepsStreamEnds(t *testing.T) {
+	for _, tc := range []struct{ peers, streams int }{{3, 10}, {3, 200}, {1024, 10}} {
+		t.Run(fmt.Sprintf("peers=%d,streams=%d", tc.peers, tc.streams), func(t *testing.T) {
+			tl := fullTimeline(t, tc.peers)
+			before := tl.Sigterm.Add(-time.Second).Round(0)
+			recs := []StreamRecord{{ID: 0, Client: "before-sigterm", Ended: &before, How: EndPeerGone}}
+			for i := range tc.streams {
+				end := tl.Sigterm.Add(time.Duration(i) * time.Millisecond).Round(0)
+				recs = append(recs, StreamRecord{ID: uint64(i + 1), Protocol: ProtoWebSocket, Peer: "10.244.0.7:40000",
+					Client: fmt.Sprintf("c%03d-%d-0", i, i), Opened: before, Ended: &end, How: EndProcessExit})
+			}
+			recs = append(recs, StreamRecord{ID: 9999, Client: "still-open", Opened: before})
+			tl.Streams.Records = recs
+			b, err := TerminationMessage(tl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ParseTimeline(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := got.Streams
+			if s == nil || s.Records != nil || len(s.Ends)+s.EndsDropped != tc.streams {
+				t.Fatalf("streams %+v: want no records and %d ends kept or dropped", s, tc.streams)
+			}
+			if got.PeersOmitted > 0 && len(s.Ends) > 0 {
+				t.Errorf("%d peers omitted but %d stream ends kept: the peers go first", got.PeersOmitted, len(s.Ends))
+			}
+			for i, e := range s.Ends {
+				want := tc.streams - len(s.Ends) + i
+				if e.Client != fmt.Sprintf("c%03d-%d-0", want, want) || e.How != EndProcessExit ||
+					e.EndNS != tl.Sigterm.Add(time.Duration(want)*time.Millisecond).UnixNano() {
+					t.Errorf("end %d = %+v, want the latest ends in order (stream %d)", i, e, want)
+				}
+			}
+			if tc.streams == 10 && tc.peers == 3 && s.EndsDropped != 0 {
+				t.Errorf("10 ends dropped %d in %d bytes", s.EndsDropped, len(b))
+			}
+			if s.EndsDropped > 0 && got.PeersOmitted == 0 {
+				// Tight: one more end would not have fitted.
+				more := got
+				m := *s
+				m.Ends = append([]StreamEnd{{Client: "c999-999-0", EndNS: s.Ends[0].EndNS, How: EndProcessExit}}, s.Ends...)
+				m.EndsDropped--
+				more.Streams = &m
+				if mb, _ := json.Marshal(more); len(mb) <= MaxTerminationMessage {
+					t.Errorf("kept %d ends but one more fits (%d bytes)", len(s.Ends), len(mb))
+				}
+			}
+			t.Logf("%d bytes, %d ends kept, %d dropped, %d peers omitted", len(b), len(s.Ends), s.EndsDropped, got.PeersOmitted)
+		})
+	}
+}

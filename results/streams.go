@@ -39,6 +39,14 @@ type StreamTrial struct {
 	// peer_gone); ProbeOpenAtSigterm is its count at SIGTERM.
 	ProbeEnds          map[string]int64 `json:"probe_ends,omitempty"`
 	ProbeOpenAtSigterm int64            `json:"probe_open_at_sigterm,omitempty"`
+	// ProbeMatched counts the Closed streams whose end the probe's log
+	// also has, matched one to one by the client's stream id; CloseLagNS
+	// is, for each, the client's close minus the probe's end (the pod's
+	// clock moved onto the tool's by the skew estimate), ascending: how
+	// long the end took to reach the client through the path, give or
+	// take the skew's uncertainty (the record's skew_uncertainty_ns).
+	ProbeMatched int     `json:"probe_matched,omitempty"`
+	CloseLagNS   []int64 `json:"close_lag_ns,omitempty"`
 	// FirstCloseNS and LastCloseNS: SIGTERM → the first and the last of
 	// those streams closed, at the client.
 	FirstCloseNS *int64 `json:"first_close_ns,omitempty"`
@@ -55,6 +63,10 @@ type StreamTrial struct {
 	HerdBinNS int64 `json:"herd_bin_ns,omitempty"`
 	Herd      []int `json:"herd,omitempty"`
 	HerdPeak  int   `json:"herd_peak"`
+	// HerdCleanPeak is the most re-opens in any HerdBinNS window in which
+	// no re-open attempt failed: a load the survivors were seen to take
+	// (they may take more). It equals HerdPeak when no re-open failed.
+	HerdCleanPeak int `json:"herd_clean_peak,omitempty"`
 	// Reopened counts the re-opens by the pod they landed on.
 	Reopened map[string]int `json:"reopened,omitempty"`
 	// Failures counts failed re-open attempts by kind (status_502,
@@ -93,6 +105,15 @@ type StreamSummary struct {
 	Herd                       []int
 	OpenAtSigterm, Graceful    int
 	Abrupt, Unclosed, WithOpen int
+	// MaxOpen is the most streams open to one pod at its SIGTERM;
+	// CleanPeak the most re-opens in 100 ms taken without a failure in
+	// any trial (StreamTrial.HerdCleanPeak).
+	MaxOpen, CleanPeak int
+	// Closed and Matched add up the trials' closes and those matched to
+	// the probe's record of the stream; lags are the matched ones'
+	// CloseLagNS.
+	Closed, Matched            int
+	lags                       []int64
 	Protocol, Drain, Reconnect string
 	// Path is "" for the streams through the ingress, "ClusterIP" for the
 	// in-cluster runners'.
@@ -129,6 +150,11 @@ func (s *StreamSummary) Add(r *Record) {
 	s.Graceful += t.Graceful
 	s.Abrupt += t.Abrupt
 	s.Unclosed += t.Unclosed
+	s.MaxOpen = max(s.MaxOpen, t.OpenAtSigterm)
+	s.Closed += t.Closed
+	s.Matched += t.ProbeMatched
+	s.lags = append(s.lags, t.CloseLagNS...)
+	s.CleanPeak = max(s.CleanPeak, t.HerdCleanPeak)
 	for k, v := range t.CloseKinds {
 		s.CloseKinds[k] += v
 	}
@@ -246,6 +272,12 @@ func NewStreamsReporter(s *StreamSummary, preStop, headroom time.Duration) Repor
 			}
 			e.printf("%s%s\n", l, r)
 		}
+		if s.Matched > 0 {
+			lags := slices.Sorted(slices.Values(s.lags))
+			e.printf("  %d of %d closes matched to the probe's record of the stream; client − probe: median %s,\n"+
+				"    from %s to %s (the pod's clock corrected for skew)\n",
+				s.Matched, s.Closed, signedMS(lags[len(lags)/2]), signedMS(lags[0]), signedMS(lags[len(lags)-1]))
+		}
 		e.printf("\n  %-22s %4s %9s %9s %9s %9s  %s\n", "stage", "n", "p50", "p90", "max", "bound", "")
 		for _, d := range s.Dists {
 			unit := durText
@@ -280,12 +312,27 @@ func NewStreamsReporter(s *StreamSummary, preStop, headroom time.Duration) Repor
 			for _, v := range s.Reopened {
 				total += v
 			}
-			pods := slices.SortedFunc(maps.Keys(s.Reopened), func(a, b string) int { return cmp.Compare(s.Reopened[b], s.Reopened[a]) })
+			pods := slices.SortedFunc(maps.Keys(s.Reopened), func(a, b string) int {
+				return cmp.Or(cmp.Compare(s.Reopened[b], s.Reopened[a]), cmp.Compare(a, b))
+			})
 			var parts []string
 			for _, p := range pods {
 				parts = append(parts, fmt.Sprintf("%s %.0f%%", p, 100*float64(s.Reopened[p])/float64(total)))
 			}
-			e.printf("  re-opens landed on: %s\n", strings.Join(parts, ", "))
+			// One pod per deleted pod's replacement and survivor: wrapped
+			// to the terminal's TextWidth.
+			parts[0] = "re-opens landed on: " + parts[0]
+			lines := wrap(parts, ", ", TextWidth-7)
+			for i, l := range lines {
+				indent, more := "  ", ","
+				if i > 0 {
+					indent = "    "
+				}
+				if i == len(lines)-1 {
+					more = ""
+				}
+				e.printf("%s%s%s\n", indent, l, more)
+			}
 		}
 		if len(s.Herd) > 1 {
 			series := make([]float64, len(s.Herd))
@@ -314,23 +361,51 @@ func NewStreamsReporter(s *StreamSummary, preStop, headroom time.Duration) Repor
 	}
 }
 
-// streamAdvice is the app-side advice the numbers support.
+// streamAdvice is the app-side advice the numbers support. The spread is
+// sized from what the survivors were seen to take: the most re-opens in
+// 100 ms with no failed re-open in that window (CleanPeak), a floor of their
+// capacity; J is the shortest spread that keeps a herd of MaxOpen uniform
+// closes under it with 95% probability (SpreadFor).
 func streamAdvice(s *StreamSummary) string {
 	var b strings.Builder
 	if s.Abrupt > 0 {
 		fmt.Fprintf(&b, "  %d streams ended abruptly (the process died with them open): close them after the\n"+
 			"    preStop with a going-away signal (WebSocket 1001/1012, HTTP/2 GOAWAY + a status).\n", s.Abrupt)
 	}
-	if d, ok := s.Dist(MetricStreamHerdPeak); ok && s.WithOpen > 0 && s.OpenAtSigterm > 0 {
-		perTrial := float64(s.OpenAtSigterm) / float64(s.WithOpen)
-		if float64(d.MaxNS) >= 0.5*perTrial {
-			fmt.Fprintf(&b, "  up to %d re-opens landed in one %s (of ~%.0f streams per pod): spread the closes over\n"+
-				"    J seconds (--stream-drain close-jittered=J) so the survivors take ~N/(10·J) per 100 ms.\n",
-				d.MaxNS, HerdBin, perTrial)
+	d, ok := s.Dist(MetricStreamHerdPeak)
+	if !ok || s.MaxOpen == 0 {
+		return b.String()
+	}
+	failed := 0
+	for _, n := range s.Failures {
+		failed += n
+	}
+	switch {
+	case failed == 0:
+		if float64(d.MaxNS) >= 0.5*float64(s.MaxOpen) {
+			fmt.Fprintf(&b, "  up to %d re-opens landed in one %s (of up to %d streams per pod) and the survivors took\n"+
+				"    them without a failed re-open: at this size the herd needs no spread.\n", d.MaxNS, HerdBin, s.MaxOpen)
+		}
+	case s.CleanPeak == 0:
+		fmt.Fprintf(&b, "  %d re-opens failed and no %s took a re-open without a failure: the survivors' capacity\n"+
+			"    is unknown; spread the closes (--stream-drain close-jittered=DUR) and measure again.\n", failed, HerdBin)
+	default:
+		if j, ok := SpreadFor(s.MaxOpen, s.CleanPeak, HerdBin, SpreadConfidence); ok && j > 0 {
+			fmt.Fprintf(&b, "  %d re-opens failed; the survivors took up to %d re-opens in one %s without a failure.\n"+
+				"    Spread the closes over J ≥ %s (--stream-drain close-jittered=%s): %d closes uniform over J put\n"+
+				"    at most %d in any %s with 95%% probability.\n",
+				failed, s.CleanPeak, HerdBin, j, j, s.MaxOpen, s.CleanPeak, HerdBin)
+		} else if !ok {
+			fmt.Fprintf(&b, "  %d re-opens failed; the survivors took only %d re-opens in one %s without a failure:\n"+
+				"    no spread up to 10 minutes keeps %d closes under that; add survivors or hold fewer streams per pod.\n",
+				failed, s.CleanPeak, HerdBin, s.MaxOpen)
 		}
 	}
 	return b.String()
 }
+
+// signedMS renders ns in milliseconds with a sign and 0.1 ms: +1.3ms.
+func signedMS(ns int64) string { return fmt.Sprintf("%+.1fms", float64(ns)/1e6) }
 
 // closeKindLabel renders "ws_close 1012" as "ws_close 1012 (graceful)".
 func closeKindLabel(k string) string {

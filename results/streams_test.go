@@ -2,6 +2,7 @@ package results
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,15 @@ func TestStreamSummaryBoundAndGrace(t *testing.T) {
 	// 20 trials with last closes 4.0 s … 4.95 s: the bound of the median at
 	// 95% is an order statistic well inside, not a plain maximum.
 	for i := range 20 {
-		s.Add(streamRecord(i, 4*time.Second+time.Duration(i)*50*time.Millisecond, 0, []int{1, 2, 3, 2, 1, 1}))
+		r := streamRecord(i, 4*time.Second+time.Duration(i)*50*time.Millisecond, 0, []int{1, 2, 3, 2, 1, 1})
+		// Two trials' closes were matched to the probe's records.
+		switch i {
+		case 0:
+			r.Streams.ProbeMatched, r.Streams.CloseLagNS = 2, []int64{-int64(time.Millisecond), int64(3 * time.Millisecond)}
+		case 1:
+			r.Streams.ProbeMatched, r.Streams.CloseLagNS = 1, []int64{int64(12 * time.Millisecond)}
+		}
+		s.Add(r)
 	}
 	s.Add(&Record{Kind: KindTrial, Trial: 99}) // no streams: skipped
 	s.Close()
@@ -51,7 +60,8 @@ func TestStreamSummaryBoundAndGrace(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{"Long-lived connections", "ws_close 1012 (graceful)", "app_close", "stream_last_close",
-		"terminationGracePeriodSeconds ≥ 20", "re-opens landed on: pod-b 60%, pod-c 40%", "status_502 20", "reconnect herd"} {
+		"terminationGracePeriodSeconds ≥ 20", "re-opens landed on: pod-b 60%, pod-c 40%", "status_502 20", "reconnect herd",
+		"3 of 200 closes matched to the probe's record of the stream; client − probe: median +3.0ms,", "from -1.0ms to +12.0ms"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
@@ -66,7 +76,10 @@ func TestStreamSummaryBoundAndGrace(t *testing.T) {
 func TestStreamSummaryUnclosedIsLowerBound(t *testing.T) {
 	s := NewStreamSummary(0.5, 0.95)
 	for i := range 3 {
-		s.Add(streamRecord(i, time.Duration(i+1)*time.Second, 1, []int{10}))
+		r := streamRecord(i, time.Duration(i+1)*time.Second, 1, []int{10})
+		// The survivors took at most 2+i re-opens in 100 ms cleanly.
+		r.Streams.HerdCleanPeak = 2 + i
+		s.Add(r)
 	}
 	s.Close()
 	if _, lower, ok := s.StreamGrace(0, time.Second); !ok || !lower {
@@ -76,8 +89,56 @@ func TestStreamSummaryUnclosedIsLowerBound(t *testing.T) {
 	if err := NewStreamsReporter(s, 0, time.Second)(&b); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "≥ at least") || !strings.Contains(b.String(), "close-jittered=J") {
-		t.Errorf("report:\n%s", b.String())
+	// J is sized from the most taken cleanly (4) for the 10 streams a pod
+	// had.
+	j, ok := SpreadFor(10, 4, HerdBin, SpreadConfidence)
+	if !ok || j <= 0 {
+		t.Fatalf("SpreadFor(10, 4) = %s, %v", j, ok)
+	}
+	for _, want := range []string{"≥ at least", "took up to 4 re-opens in one 100ms without a failure",
+		"close-jittered=" + j.String() + ")", "at most 4 in any 100ms"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// Without a failed re-open the survivors took the whole herd: no spread is
+// advised, whatever its peak.
+// Re-opens over a dozen pods wrap to the terminal's width.
+func TestStreamReopensWrap(t *testing.T) {
+	s := NewStreamSummary(0.5, 0.95)
+	r := streamRecord(0, time.Second, 0, []int{9, 1})
+	r.Streams.Reopened = map[string]int{}
+	for i := range 12 {
+		r.Streams.Reopened[fmt.Sprintf("probe-695788f5d6-%05d", i)] = 10 + i
+	}
+	s.Add(r)
+	s.Close()
+	var b bytes.Buffer
+	if err := NewStreamsReporter(s, 0, time.Second)(&b); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(b.String(), "\n") {
+		if len([]rune(line)) > TextWidth {
+			t.Errorf("line of %d columns: %q", len([]rune(line)), line)
+		}
+		n += strings.Count(line, "probe-695788f5d6-")
+	}
+	if n != 12 || !strings.Contains(b.String(), "  re-opens landed on: probe-695788f5d6-00011 ") {
+		t.Errorf("%d of 12 pods listed, or not from the busiest:\n%s", n, b.String())
+	}
+}
+
+func TestStreamAdviceNoFailures(t *testing.T) {
+	s := NewStreamSummary(0.5, 0.95)
+	r := streamRecord(0, time.Second, 0, []int{9, 1})
+	r.Streams.Failures, r.Streams.HerdCleanPeak = nil, 9
+	s.Add(r)
+	s.Close()
+	if got := streamAdvice(s); !strings.Contains(got, "needs no spread") || strings.Contains(got, "close-jittered") {
+		t.Errorf("advice:\n%s", got)
 	}
 }
 

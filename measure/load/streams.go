@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -66,11 +67,14 @@ func Graceful(how string) bool { return how == CloseWS || how == CloseGRPCStatus
 // is stamped at the door: right after the library call that saw it
 // returned, before any lock or channel.
 type StreamEvent struct {
-	Slot int       `json:"slot"`
-	Kind string    `json:"kind"`
-	At   time.Time `json:"at"`
-	Pod  string    `json:"pod,omitempty"`
-	How  string    `json:"how,omitempty"`
+	Slot int `json:"slot"`
+	// Stream is the id the attempt sent to the probe (probe.HeaderStream):
+	// the probe's record of the stream carries it.
+	Stream string    `json:"stream,omitempty"`
+	Kind   string    `json:"kind"`
+	At     time.Time `json:"at"`
+	Pod    string    `json:"pod,omitempty"`
+	How    string    `json:"how,omitempty"`
 	// Code is the WebSocket close code or gRPC status code of a graceful
 	// close; -1 when there is none.
 	Code int `json:"code"`
@@ -140,6 +144,9 @@ type StreamHolder struct {
 	cfg    StreamConfig
 	clk    clock.PassiveClock
 	target string // ws://host/stream or host:port
+	// nonce tells this holder's stream ids from other holders' (the tool
+	// and each runner hold streams to the same pods).
+	nonce string
 
 	open     atomic.Int64
 	messages atomic.Int64
@@ -147,6 +154,10 @@ type StreamHolder struct {
 	mu      sync.Mutex
 	events  []StreamEvent
 	dropped int64
+
+	// door, set by benchmarks only, measures the WebSocket stamps' door
+	// delay (doorLog).
+	door *doorLog
 }
 
 // NewStreamHolder checks cfg and builds a holder on clk.
@@ -164,7 +175,7 @@ func NewStreamHolder(cfg StreamConfig, clk clock.PassiveClock) (*StreamHolder, e
 		cfg.Reconnect.Policy = ReconnectGRPCDefault
 	}
 	u, _ := url.Parse(cfg.URL)
-	h := &StreamHolder{cfg: cfg, clk: clk}
+	h := &StreamHolder{cfg: cfg, clk: clk, nonce: strconv.FormatUint(rand.Uint64()&0xffffff, 36)}
 	if cfg.Protocol == ProtocolWebSocket {
 		scheme := "ws"
 		if u.Scheme == "https" {
@@ -178,6 +189,21 @@ func NewStreamHolder(cfg StreamConfig, clk clock.PassiveClock) (*StreamHolder, e
 		}
 	}
 	return h, nil
+}
+
+// OpenStreams is how many slots of a holder's event log (in log order, as
+// Events and a runner's Stats give it) have a stream open at its end.
+func OpenStreams(ev []StreamEvent) int {
+	open := map[int]bool{}
+	for _, e := range ev {
+		switch e.Kind {
+		case EventOpen:
+			open[e.Slot] = true
+		case EventClose:
+			delete(open, e.Slot)
+		}
+	}
+	return len(open)
 }
 
 // Open is how many streams are open now.
@@ -218,8 +244,8 @@ func (h *StreamHolder) Run(ctx context.Context) error {
 // policy, again.
 func (h *StreamHolder) slot(ctx context.Context, slot int) {
 	failures := 0
-	for ctx.Err() == nil {
-		ok := h.once(ctx, slot)
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		ok := h.once(ctx, slot, h.streamID(slot, attempt))
 		if ctx.Err() != nil {
 			return
 		}
@@ -243,18 +269,29 @@ func (h *StreamHolder) slot(ctx context.Context, slot int) {
 	}
 }
 
-// once opens one stream and reads it to its end; it reports whether the
-// stream opened.
-func (h *StreamHolder) once(ctx context.Context, slot int) bool {
-	if h.cfg.Protocol == ProtocolWebSocket {
-		return h.onceWebSocket(ctx, slot)
-	}
-	return h.onceGRPC(ctx, slot)
+// streamID names one attempt of one slot: NONCE-SLOT-ATTEMPT, short
+// enough that dozens fit the probe's 4 KiB termination message.
+func (h *StreamHolder) streamID(slot, attempt int) string {
+	return h.nonce + "-" + strconv.Itoa(slot) + "-" + strconv.Itoa(attempt)
 }
 
-func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int) bool {
+// once opens one stream and reads it to its end; it reports whether the
+// stream opened.
+func (h *StreamHolder) once(ctx context.Context, slot int, id string) bool {
+	if h.cfg.Protocol == ProtocolWebSocket {
+		return h.onceWebSocket(ctx, slot, id)
+	}
+	return h.onceGRPC(ctx, slot, id)
+}
+
+func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int, id string) bool {
 	dctx, cancel := context.WithTimeout(ctx, h.cfg.DialTimeout)
-	opts := &websocket.DialOptions{}
+	opts := &websocket.DialOptions{HTTPHeader: http.Header{probe.HeaderStream: {id}}}
+	var door atomic.Pointer[doorConn]
+	if h.door != nil {
+		opts.HTTPClient = h.door.client
+		dctx = context.WithValue(dctx, doorKey{}, &door)
+	}
 	if h.cfg.Host != "" {
 		opts.Host = h.cfg.Host
 	}
@@ -266,16 +303,21 @@ func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int) bool {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			kind = statusKind(resp.StatusCode)
 		}
-		h.log(StreamEvent{Slot: slot, Kind: EventFail, At: at, How: kind, Code: -1, Detail: err.Error()})
+		h.log(StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: kind, Code: -1, Detail: err.Error()})
 		return false
 	}
 	defer c.CloseNow()
+	var stamped func(time.Time)
+	if dc := door.Load(); h.door != nil && dc != nil {
+		h.door.add(true, at, dc)
+		stamped = func(at time.Time) { h.door.add(false, at, dc) }
+	}
 	pod := resp.Header.Get(probe.HeaderPod)
 	var server time.Time
 	if ns, err := strconv.ParseInt(resp.Header.Get(probe.HeaderTime), 10, 64); err == nil {
 		server = time.Unix(0, ns)
 	}
-	h.hold(ctx, slot, StreamEvent{Slot: slot, Kind: EventOpen, At: at, Pod: pod, Code: -1, ServerTime: server}, func() error {
+	h.hold(ctx, StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1, ServerTime: server}, stamped, func() error {
 		_, _, err := c.Read(ctx)
 		return err
 	}, func(err error) (string, int) {
@@ -290,7 +332,9 @@ func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int) bool {
 // hold logs the open of a stream, reads it with read until it fails, and
 // logs its close as ended says; a close by ctx (the holder stopping) is
 // not logged.
-func (h *StreamHolder) hold(ctx context.Context, slot int, open StreamEvent, read func() error, ended func(error) (string, int)) {
+//
+// stamped, if not nil, is told the close's stamp first (doorLog).
+func (h *StreamHolder) hold(ctx context.Context, open StreamEvent, stamped func(time.Time), read func() error, ended func(error) (string, int)) {
 	pod := open.Pod
 	h.open.Add(1)
 	h.log(open)
@@ -309,14 +353,17 @@ func (h *StreamHolder) hold(ctx context.Context, slot int, open StreamEvent, rea
 		if ctx.Err() != nil {
 			return
 		}
+		if stamped != nil {
+			stamped(at)
+		}
 		how, code := ended(err)
-		h.log(StreamEvent{Slot: slot, Kind: EventClose, At: at, Pod: pod, How: how, Code: code,
+		h.log(StreamEvent{Slot: open.Slot, Stream: open.Stream, Kind: EventClose, At: at, Pod: pod, How: how, Code: code,
 			Messages: n, LastMessage: last, Detail: err.Error()})
 		return
 	}
 }
 
-func (h *StreamHolder) onceGRPC(ctx context.Context, slot int) bool {
+func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 	// One ClientConn per attempt: each slot is a client of its own (its own
 	// TCP connection, as separate processes would have), and the holder's
 	// policy, not the channel's, times the reconnects.
@@ -332,11 +379,11 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int) bool {
 	}
 	cc, err := grpc.NewClient("passthrough:///"+h.target, opts...)
 	if err != nil {
-		h.log(StreamEvent{Slot: slot, Kind: EventFail, At: h.clk.Now(), How: KindOther, Code: -1, Detail: err.Error()})
+		h.log(StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: h.clk.Now(), How: KindOther, Code: -1, Detail: err.Error()})
 		return false
 	}
 	defer cc.Close()
-	sctx, cancel := context.WithCancel(ctx)
+	sctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, probe.GRPCHeaderStream, id))
 	defer cancel()
 	dctx, dcancel := context.WithTimeout(sctx, h.cfg.DialTimeout)
 	st, err := cc.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true}, probe.GRPCMethod)
@@ -351,7 +398,7 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int) bool {
 	at := h.clk.Now()
 	dcancel()
 	if err != nil {
-		h.log(StreamEvent{Slot: slot, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
+		h.log(StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
 		return false
 	}
 	pod := ""
@@ -362,24 +409,35 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int) bool {
 		// Header returns no error for a trailers-only or non-gRPC
 		// response); the first receive says what it was.
 		if err := st.RecvMsg(new(wrapperspb.StringValue)); err != nil {
-			h.log(StreamEvent{Slot: slot, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
+			h.log(StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
 			return false
 		}
 	}
 	m := new(wrapperspb.StringValue)
-	h.hold(ctx, slot, StreamEvent{Slot: slot, Kind: EventOpen, At: at, Pod: pod, Code: -1}, func() error { return st.RecvMsg(m) }, func(err error) (string, int) {
-		switch s, _ := status.FromError(err); {
-		case errors.Is(err, io.EOF):
-			return CloseGRPCStatus, int(codes.OK)
-		case s.Code() == codes.Unavailable:
-			// The transport broke: no trailers came (grpc-go
-			// internal/transport maps a lost connection to UNAVAILABLE).
-			return grpcTransportKind(s.Message()), int(codes.Unavailable)
-		default:
-			return CloseGRPCStatus, int(s.Code())
-		}
-	})
+	h.hold(ctx, StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1}, nil, func() error { return st.RecvMsg(m) }, grpcCloseKind)
 	return true
+}
+
+// grpcCloseKind names how an open gRPC stream ended, from RecvMsg's error,
+// with the status code.
+func grpcCloseKind(err error) (string, int) {
+	switch s, _ := status.FromError(err); {
+	case errors.Is(err, io.EOF):
+		return CloseGRPCStatus, int(codes.OK)
+	case s.Code() == codes.Unavailable:
+		// The transport broke: no trailers came (grpc-go
+		// internal/transport maps a lost connection to UNAVAILABLE).
+		return grpcTransportKind(s.Message()), int(codes.Unavailable)
+	case strings.Contains(s.Message(), "stream terminated by RST_STREAM"):
+		// An intermediary reset the stream: no trailers came either.
+		// grpc-go makes a status of the RST_STREAM's code
+		// (internal/transport/http2_client.go, handleRSTStream;
+		// INTERNAL_ERROR becomes INTERNAL, http_util.go
+		// http2ErrConvTab), which is not the server's.
+		return CloseReset, int(s.Code())
+	default:
+		return CloseGRPCStatus, int(s.Code())
+	}
 }
 
 // headerWithin waits for the stream's response header, at most until ctx

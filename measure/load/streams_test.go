@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
 
 	"github.com/epwindow/epwindow/probe"
@@ -98,7 +101,8 @@ func serveProbe(t *testing.T, drain probe.StreamDrain, hold time.Duration) *loop
 	}
 	p := &loopbackProbe{url: "http://" + ln.Addr().String() + "/", sigterm: make(chan struct{}), done: make(chan error, 1)}
 	cfg := probe.Config{Listen: "unused", PodName: "pod-a", Hold: hold, ShutdownTimeout: 5 * time.Second,
-		TerminationLog: filepath.Join(t.TempDir(), "tl"), StreamDrain: drain, StreamInterval: 20 * time.Millisecond}
+		TerminationLog: filepath.Join(t.TempDir(), "tl"), StreamDrain: drain, StreamInterval: 20 * time.Millisecond,
+		MaxStreamRecords: probe.DefaultMaxStreamRecords}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { p.done <- probe.Serve(ctx, ln, cfg, p.sigterm, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
 	t.Cleanup(func() { cancel(); <-p.done })
@@ -189,7 +193,46 @@ func TestStreamHolderGracefulCloseAndReconnect(t *testing.T) {
 					t.Errorf("failure %+v: the probe keeps listening in its hold", e)
 				}
 			}
+			checkStreamIDs(t, p, ev)
 		})
+	}
+}
+
+// checkStreamIDs: each open has an id of its own, its close carries it,
+// and the probe recorded each stream under that id.
+func checkStreamIDs(t *testing.T, p *loopbackProbe, ev []StreamEvent) {
+	t.Helper()
+	opened := map[string]int{}
+	for _, e := range ev {
+		switch e.Kind {
+		case EventOpen:
+			if _, dup := opened[e.Stream]; dup || e.Stream == "" {
+				t.Errorf("open %+v: want a stream id of its own", e)
+			}
+			opened[e.Stream] = e.Slot
+		case EventClose:
+			if slot, ok := opened[e.Stream]; !ok || slot != e.Slot {
+				t.Errorf("close %+v: want the id of its slot's open", e)
+			}
+		}
+	}
+	resp, err := http.Get(p.url + strings.TrimPrefix(probe.PathTimeline, "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var tl probe.Timeline
+	if err := json.NewDecoder(resp.Body).Decode(&tl); err != nil || tl.Streams == nil {
+		t.Fatalf("probe timeline: %v", err)
+	}
+	recorded := map[string]bool{}
+	for _, r := range tl.Streams.Records {
+		recorded[r.Client] = true
+	}
+	for id := range opened {
+		if !recorded[id] {
+			t.Errorf("stream %s: the probe has no record of it (records %d)", id, len(tl.Streams.Records))
+		}
 	}
 }
 
@@ -301,5 +344,42 @@ func TestRunnerHoldsStreams(t *testing.T) {
 			t.Fatalf("stats streams %+v, want 3 opens", s.Streams)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestGRPCCloseKind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		how  string
+		code int
+	}{
+		{"trailers OK", io.EOF, CloseGRPCStatus, 0},
+		{"server status", status.Error(codes.Aborted, "x"), CloseGRPCStatus, int(codes.Aborted)},
+		{"transport reset", status.Error(codes.Unavailable, "error reading from server: read tcp: connection reset by peer"), CloseReset, int(codes.Unavailable)},
+		{"transport eof", status.Error(codes.Unavailable, "error reading from server: EOF"), CloseEOF, int(codes.Unavailable)},
+		// The text of grpc-go's internal/transport/http2_client.go
+		// handleRSTStream for an intermediary's INTERNAL_ERROR reset.
+		{"rst_stream", status.Error(codes.Internal, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR"), CloseReset, int(codes.Internal)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			how, code := grpcCloseKind(tc.err)
+			if how != tc.how || code != tc.code || Graceful(how) != (tc.how == CloseGRPCStatus) {
+				t.Errorf("grpcCloseKind(%v) = %s, %d; want %s, %d", tc.err, how, code, tc.how, tc.code)
+			}
+		})
+	}
+}
+
+func TestOpenStreams(t *testing.T) {
+	ev := []StreamEvent{
+		{Slot: 0, Kind: EventOpen}, {Slot: 1, Kind: EventOpen}, {Slot: 2, Kind: EventFail},
+		{Slot: 0, Kind: EventClose}, {Slot: 0, Kind: EventFail}, {Slot: 2, Kind: EventOpen},
+	}
+	if got := OpenStreams(ev); got != 2 {
+		t.Errorf("OpenStreams = %d, want 2 (slots 1 and 2)", got)
+	}
+	if got := OpenStreams(nil); got != 0 {
+		t.Errorf("OpenStreams(nil) = %d", got)
 	}
 }
