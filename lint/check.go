@@ -241,7 +241,7 @@ func (ck *checker) pod(w *workload, selected bool) {
 					"container %s: in-app delay %s < %ds (%s)", c.Name, delay, t.PreStopSeconds(), t.From)
 			}
 		case hookKnown, hookExec:
-			have = hook + delay
+			have = satAdd(hook, delay)
 			if have < need {
 				extra := ""
 				if delay > 0 {
