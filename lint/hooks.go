@@ -28,8 +28,12 @@ const (
 	// with only redirections, which keeps the shell).
 	reExec = `(^|[;&|\n(])\s*exec\s+(-\S+\s+)*[A-Za-z/."'$_]`
 	// reSleepScript matches a script that starts with sleep and its
-	// arguments (an optional leading --), up to the end of that command.
-	reSleepScript = `^\s*([^\s;&|]*/)?sleep\s+(--\s+)?[0-9.]+[smhd]?(\s+[0-9.]+[smhd]?)*\s*($|[;&\n])`
+	// arguments (an optional leading --), up to the end of that command:
+	// ;, &&, || or a newline, not & (the sleep would run in the background
+	// and the hook go on at once) nor | (not worth the reading).
+	// sleep's path holds no digit or dot, which reSleepWord would take
+	// for an argument.
+	reSleepScript = `^\s*([A-Za-z_/-]*/)?sleep\s+(--\s+)?[0-9.]+[smhd]?(\s+[0-9.]+[smhd]?)*\s*($|;|&&|\|\||\n)`
 	// reSleepWord finds sleep's arguments in what reSleepScript matched
 	// (neither sleep nor the separators hold a digit or a dot).
 	reSleepWord = `[0-9.]+[smhd]?`

@@ -31,6 +31,9 @@ func TestExecSleep(t *testing.T) {
 		{[]string{"sh", "-c", "/bin/sleep -- 1 1"}, 2 * time.Second, true},
 		{[]string{"bash", "-e", "-u", "-x", "-v", "-o", "pipefail", "-c", "sleep 3"}, 3 * time.Second, true},
 		{[]string{"sh", "-c", "sleep 1.5.5"}, 0, false},
+		{[]string{"sh", "-c", "sleep 3 & kill 1"}, 0, false},
+		{[]string{"sh", "-c", "sleep 3 || kill 1"}, 3 * time.Second, true},
+		{[]string{"sh", "-c", "/opt/v1.2/sleep 3"}, 0, false},
 		{[]string{"sh", "-c", "sleep 5 | x"}, 0, false},
 		{[]string{"sh", "sleep 5"}, 0, false}, // a script file named "sleep 5"
 		{[]string{"sleep", "infinity"}, 0, false},

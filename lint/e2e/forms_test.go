@@ -79,6 +79,7 @@ func forms(target lint.Target) []form {
 		{"sh -c 'sleep -- 3 && x'", "", execPreStop("sh", "-c", "sleep -- 3 && x")},
 		{"sh -c '/bin/sleep 3'", "", execPreStop("sh", "-c", "/bin/sleep 3")},
 		{"sh -c 'sleep 3 | x'", lint.RulePreStopUnknown, execPreStop("sh", "-c", "sleep 3 | x")},
+		{"sh -c 'sleep 3 & x' (in the background)", lint.RulePreStopUnknown, execPreStop("sh", "-c", "sleep 3 & x")},
 		{"sh -c 'sleep infinity'", lint.RulePreStopUnknown, execPreStop("sh", "-c", "sleep infinity")},
 		{"bash, 6 option words, sleep 3", "", execPreStop("bash", "-e", "-u", "-x", "-v", "-o", "pipefail", "-c", "sleep 3")},
 		{"sh with a script file", lint.RulePreStopUnknown, execPreStop("sh", "sleep 3")},
