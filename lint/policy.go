@@ -162,8 +162,9 @@ func celString(s string) string {
 }
 
 // hook is one serving container's preStop in nanoseconds, as lint reads
-// it: ≥ 0 a known length,
-// -1 unknown, -2 none, -3 an exec sleep in a distroless image (it fails).
+// it: ≥ 0 a known length (the sleep action's seconds saturate at
+// math.MaxInt64 ns as in lint's preStopLength), -1 unknown, -2 none, -3 an
+// exec sleep in a distroless image (it fails).
 func (x cel) hook() string {
 	cmd := "c.lifecycle.preStop.exec.command"
 	distroless := fmt.Sprintf("(c.image.contains('distroless') || %[1]s == 'true' || %[1]s == '*' || %[1]s.split(',').exists(n, n.trim() == c.name))", "variables.distroless")
