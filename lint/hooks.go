@@ -44,10 +44,12 @@ const (
 	// maxSleep anyway, and the bound keeps CEL's double() from overflowing
 	// (an error there would refuse instead of saying EPW004).
 	reSleepArg = `^(0*[0-9]{1,20}(\.[0-9]*)?|\.[0-9]+)[smhd]?$`
-	// reDuration is a Go duration (time.ParseDuration) that is not
-	// negative, for annotations: CEL's duration() parses with
-	// time.ParseDuration too.
-	reDuration = `^\+?((([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+|0)$`
+	// reDuration is an annotation's duration: a Go duration
+	// (time.ParseDuration; CEL's duration() parses with it too), not
+	// negative, of at most 4 parts of at most 5 digits before the point
+	// (99999h is 11 years): so it and its sum with --headroom fit Go's
+	// time.Duration, where CEL would fail to evaluate and refuse.
+	reDuration = `^\+?(((0*[0-9]{1,5}(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)){1,4}|0)$`
 )
 
 // maxSleep bounds the sleeps lint and the policy read, in nanoseconds as
@@ -67,7 +69,18 @@ var (
 	sleepScriptRE = regexp.MustCompile(reSleepScript)
 	sleepWordRE   = regexp.MustCompile(reSleepWord)
 	sleepArgRE    = regexp.MustCompile(reSleepArg)
+	durationRE    = regexp.MustCompile(reDuration)
 )
+
+// annotationDuration reads an annotation's duration as the policy does:
+// reDuration, then time.ParseDuration.
+func annotationDuration(v string) (time.Duration, bool) {
+	if !durationRE.MatchString(v) {
+		return 0, false
+	}
+	d, err := time.ParseDuration(v)
+	return d, err == nil
+}
 
 // hookKind is what a preStop hook is, for its length.
 type hookKind int

@@ -119,3 +119,33 @@ func TestShellPID1(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnotationDuration: what lint and the policy take as an in-app delay
+// or a stream drain; the rest is EPW011 in lint and no delay in both.
+func TestAnnotationDuration(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want time.Duration
+		ok   bool
+	}{
+		{"15s", 15 * time.Second, true},
+		{".5s", 500 * time.Millisecond, true},
+		{"+1h2m3s4ms", time.Hour + 2*time.Minute + 3*time.Second + 4*time.Millisecond, true},
+		{"0", 0, true},
+		{"99999h", 99999 * time.Hour, true},
+		{"000099999h", 99999 * time.Hour, true},
+		{"1.5µs", 1500, true},
+		{"100000h", 0, false},
+		{"1h1h1h1h1h", 0, false},
+		{"-1s", 0, false},
+		{"-0s", 0, false},
+		{"1.5", 0, false},
+		{"15 s", 0, false},
+		{"", 0, false},
+	} {
+		got, ok := annotationDuration(tc.v)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("annotationDuration(%q) = %s, %v; want %s, %v", tc.v, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -73,6 +73,15 @@ func forms(target lint.Target) []form {
 		{"sleep 2.4 + delay 500ms", lint.RulePreStopShort, delay("500ms", execPreStop("sleep", "2.4"))},
 		{"sleep 2 + delay 1.5s, grace for 4 s", "", delay("1.5s", both(execPreStop("sleep", "2"), grace(4+tail)))},
 		{"sleep 2 + delay 1.5s, grace for 3 s", lint.RuleGraceShort, delay("1.5s", execPreStop("sleep", "2"))},
+		// Annotations past 4 parts of 5 digits are no duration in both
+		// (lint adds EPW011, which the policy does not claim); below,
+		// the nanoseconds add up without overflow.
+		{"sleep 2 + delay 100000h (none)", lint.RulePreStopShort, delay("100000h", execPreStop("sleep", "2"))},
+		{"sleep 2 + delay 1h1h1h1h1h (none)", lint.RulePreStopShort, delay("1h1h1h1h1h", execPreStop("sleep", "2"))},
+		{"sleep 2 + delay 99999h, its grace", "", delay("99999h", both(execPreStop("sleep", "2"), grace(99999*3600+2+tail)))},
+		{"stream-drain 4×99999h", lint.RuleGraceShort, func(d *appsv1.Deployment) {
+			d.Spec.Template.Annotations = map[string]string{lint.AnnotationStreamDrain: "99999h99999h99999h99999h"}
+		}},
 		// The sleep a shell script starts with.
 		{"sh -ec 'sleep 1.5 1.5; kill 1'", "", execPreStop("sh", "-ec", "sleep 1.5 1.5; kill 1")},
 		{"bash -lc 'sleep 2'", lint.RulePreStopShort, execPreStop("bash", "-lc", "sleep 2")},

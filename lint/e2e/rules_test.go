@@ -166,8 +166,9 @@ func TestPolicyRules(t *testing.T) {
 		}
 	}
 
-	// The forms: lint and the API server give each the same verdict, the
-	// one it was written for. A dry run each, some 10 ms.
+	// The forms: lint and the API server give each the same verdict on the
+	// rules the policy claims, the one it was written for. A dry run each,
+	// some 0.2 s with -race on the shared machine (51 forms took 10 s).
 	for i, f := range forms(target) {
 		t.Run("form/"+f.name, func(t *testing.T) {
 			d := deployment("form-"+strconv.Itoa(i), target, grace)
@@ -176,7 +177,13 @@ func TestPolicyRules(t *testing.T) {
 			if f.want != "" {
 				want = verdict([]string{f.want})
 			}
-			got := verdict(lintRules(t, ns, d, lintOpts))
+			var onPolicy []string // lint's verdict on the rules the policy claims
+			for _, id := range lintRules(t, ns, d, lintOpts) {
+				if r, _ := lint.RuleByID(id); r.Policy {
+					onPolicy = append(onPolicy, id)
+				}
+			}
+			got := verdict(onPolicy)
 			policy := verdict(nil)
 			if _, err := deps.Create(ctx, d, dryRun); err != nil {
 				policy = verdict(ruleIDRE.FindAllString(err.Error(), -1))
