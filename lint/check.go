@@ -175,19 +175,19 @@ func (ck *checker) pod(w *workload, selected bool) {
 	t := ck.o.Target
 	var delay time.Duration
 	if v, ok := w.annotations[AnnotationShutdownDelay]; ok {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
+		d, ok := annotationDuration(v)
+		if !ok {
 			ck.add(w.obj, RuleAnnotationSyntax, w.annotationPath(AnnotationShutdownDelay),
-				"%s %q is not a duration such as 15s", AnnotationShutdownDelay, v)
+				"%s %q is not a duration such as 15s (at most 4 parts of up to 5 digits, not negative)", AnnotationShutdownDelay, v)
 		} else {
 			delay = d
 		}
 	}
 	if v, ok := w.annotations[AnnotationStreamDrain]; ok {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
+		d, ok := annotationDuration(v)
+		if !ok {
 			ck.add(w.obj, RuleAnnotationSyntax, w.annotationPath(AnnotationStreamDrain),
-				"%s %q is not a duration such as 20s", AnnotationStreamDrain, v)
+				"%s %q is not a duration such as 20s (at most 4 parts of up to 5 digits, not negative)", AnnotationStreamDrain, v)
 		} else if d > t.Drain {
 			// Streams drain after SIGTERM alongside requests: the longer
 			// of the two is what the grace period must cover.
@@ -241,7 +241,7 @@ func (ck *checker) pod(w *workload, selected bool) {
 					"container %s: in-app delay %s < %ds (%s)", c.Name, delay, t.PreStopSeconds(), t.From)
 			}
 		case hookKnown, hookExec:
-			have = hook + delay
+			have = satAdd(hook, delay)
 			if have < need {
 				extra := ""
 				if delay > 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,44 +87,69 @@ func (x cel) waivedVar() string {
 		strings.Join(pairs, ", "), x.annotation(strconv.Quote(WaiverPrefix)+" + k"))
 }
 
-// sleepSeconds is an exec command's sleep in whole seconds, or -1: `sleep
-// N[smhd]` or `SHELL [-opts] -c 'sleep N[smhd]; …'` (integers only; lint
-// itself reads fractions and several arguments too, so the policy calls
-// those unknown, EPW004).
-func (x cel) sleepSeconds(cmd string) string {
-	secs := func(s string) string {
-		return fmt.Sprintf(`(int(%[1]s.find('[0-9]+')) * (%[1]s.endsWith('m') ? 60 : (%[1]s.endsWith('h') ? 3600 : (%[1]s.endsWith('d') ? 86400 : 1))))`, s)
-	}
-	script := x.shellScript(cmd)
-	return fmt.Sprintf(`(size(%[1]s) == 2 && %[1]s[0].matches('^(.*/)?sleep$') && %[1]s[1].matches('^[0-9]+[smhd]?$') ? %[2]s : `+
-		`(size(%[1]s) > 2 && %[1]s[0].matches(%[3]s) && %[4]s.matches(%[5]s) ? %[6]s : -1))`,
-		cmd, secs(cmd+"[1]"), celString(reShell), script, celString(reSleepScriptInt), secs(script+".find("+celString(reSleepWord)+")"))
+// sleepNS is an exec command's sleep in nanoseconds, or -1, as lint's
+// execSleep reads it: `sleep [--] ARGS`, or `SHELL [options] -c SCRIPT`
+// whose script starts with that sleep.
+func (x cel) sleepNS(cmd string) string {
+	// The arguments of `sleep [--] ARGS`: argv[0] and -- never match
+	// reSleepArg, so all the rest do when the count is right.
+	args := fmt.Sprintf("%s.filter(w, w.matches(%s))", cmd, celString(reSleepArg))
+	direct := fmt.Sprintf("%[1]s[0].matches(%[2]s) && size(%[3]s) > 0 && size(%[3]s) == size(%[1]s) - (size(%[1]s) > 1 && %[1]s[1] == '--' ? 2 : 1)",
+		cmd, celString(reSleep), args)
+	script := fmt.Sprintf("%s.find(%s).findAll(%s)", x.shellScript(cmd), celString(reSleepScript), celString(reSleepWord))
+	return fmt.Sprintf("(size(%[1]s) == 0 ? -1 : (%[2]s ? %[3]s : %[4]s))",
+		cmd, direct, x.sumSleep(args), x.sumSleep(script))
 }
 
-// maxShellOpts is how many option words before a shell's script the policy
-// reads (sh -e -u -x -c SCRIPT has 3, -c included); lint reads any number.
-// Unrolled rather than a two-variable comprehension, which needs
-// Kubernetes 1.32, so that the policy still runs on 1.30.
-const maxShellOpts = 4
+// sumSleep is the nanoseconds of sleep arguments (a list of strings), or
+// -1 if one is not reSleepArg or they reach maxSleep: lint's sleepArgs.
+// Each is the float64 product of the number and the unit, truncated, as
+// in Go; && absorbs the errors of the branches it does not need.
+func (cel) sumSleep(args string) string {
+	ns := func(w string) string {
+		return fmt.Sprintf("(double(%[1]s.find('^[0-9.]+')) * (%[1]s.endsWith('m') ? %[2]s : (%[1]s.endsWith('h') ? %[3]s : (%[1]s.endsWith('d') ? %[4]s : %[5]s))))",
+			w, celDouble(sleepUnits['m']), celDouble(sleepUnits['h']), celDouble(sleepUnits['d']), celDouble(sleepUnits['s']))
+	}
+	return fmt.Sprintf("(size(%[1]s) > 0 && %[1]s.all(w, w.matches(%[2]s) && %[3]s < %[4]s) && %[1]s.map(w, double(int(%[3]s))).sum() < %[4]s ? %[1]s.map(w, int(%[3]s)).sum() : -1)",
+		args, celString(reSleepArg), ns("w"), celDouble(maxSleep))
+}
 
-// shellScript is the script of `SHELL [-opts] -c SCRIPT` in argv, or ”, as
-// lint's shellScript finds it: the first word after argv[0] that is not an
-// option, when an option before it holds c.
-func (cel) shellScript(argv string) string {
-	isOpt := func(i int) string {
-		return fmt.Sprintf("(%[1]s[%[2]d].startsWith('-') && !%[1]s[%[2]d].startsWith('--'))", argv, i)
+// celDouble writes f as a CEL double literal.
+func celDouble(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
+
+// shellScript is the script of `SHELL [options] -c SCRIPT` in argv, or
+// the empty string, with hasShellScript telling an empty script from
+// none: lint's shellOperand, its words mapped to the same class letters.
+func (x cel) shellScript(argv string) string {
+	return fmt.Sprintf("(%[1]s ? %[2]s[size(%[3]s.find(%[4]s)) - 1] : '')",
+		x.hasShellScript(argv), argv, x.shellClasses(argv), celString(reShellOperand))
+}
+
+func (x cel) hasShellScript(argv string) string {
+	return fmt.Sprintf("(size(%[1]s) > 0 && %[1]s[0].matches(%[2]s) && %[3]s.matches(%[4]s))",
+		argv, celString(reShell), x.shellClasses(argv), celString(reShellCommand))
+}
+
+// hasShellFile is true for `SHELL [options] FILE …`: an operand, no -c.
+func (x cel) hasShellFile(argv string) string {
+	classes := x.shellClasses(argv)
+	return fmt.Sprintf("(size(%[1]s) > 0 && %[1]s[0].matches(%[2]s) && %[3]s.matches(%[4]s) && !%[3]s.matches(%[5]s))",
+		argv, celString(reShell), classes, celString(reShellOperand), celString(reShellCommand))
+}
+
+// shellClasses is lint's shellClasses: one letter a word, joined. A
+// letter string parsed by a regular expression instead of an index loop:
+// CEL has no loop, and the two-variable comprehensions that give an index
+// need Kubernetes 1.32 (k8s.io/apiserver/pkg/cel/environment/base.go);
+// join (strings v2, 1.29), findAll (1.0) and sum (1.0) keep the policy
+// running on 1.30.
+func (cel) shellClasses(argv string) string {
+	class := "'x'"
+	for i := len(shellWordClasses) - 1; i >= 0; i-- {
+		c := shellWordClasses[i]
+		class = fmt.Sprintf("(w.matches(%s) ? '%s' : %s)", celString(c.re), c.class, class)
 	}
-	out := "''"
-	for k := maxShellOpts + 1; k >= 2; k-- {
-		var opts, hasC []string
-		for i := 1; i < k; i++ {
-			opts = append(opts, isOpt(i))
-			hasC = append(hasC, fmt.Sprintf("%s[%d].matches(%s)", argv, i, celString(reShellOpts)))
-		}
-		out = fmt.Sprintf("(size(%[1]s) > %[2]d && %[3]s && !%[4]s && (%[5]s) ? %[1]s[%[2]d] : %[6]s)",
-			argv, k, strings.Join(opts, " && "), isOpt(k), strings.Join(hasC, " || "), out)
-	}
-	return out
+	return fmt.Sprintf("%s.map(w, %s).join()", argv, class)
 }
 
 // celString quotes s as a CEL string literal (raw strings keep regular
@@ -135,8 +161,10 @@ func celString(s string) string {
 	return strconv.Quote(s)
 }
 
-// hook is one serving container's preStop in seconds: ≥ 0 a known length,
-// -1 unknown, -2 none, -3 an exec sleep in a distroless image (it fails).
+// hook is one serving container's preStop in nanoseconds, as lint reads
+// it: ≥ 0 a known length (the sleep action's seconds saturate at
+// math.MaxInt64 ns as in lint's preStopLength), -1 unknown, -2 none, -3 an
+// exec sleep in a distroless image (it fails).
 func (x cel) hook() string {
 	cmd := "c.lifecycle.preStop.exec.command"
 	distroless := fmt.Sprintf("(c.image.contains('distroless') || %[1]s == 'true' || %[1]s == '*' || %[1]s.split(',').exists(n, n.trim() == c.name))", "variables.distroless")
@@ -144,31 +172,28 @@ func (x cel) hook() string {
 	if len(x.o.HTTPSleeps) > 0 {
 		var kv []string
 		for _, p := range slices.Sorted(maps.Keys(x.o.HTTPSleeps)) {
-			// Floor: the policy then never credits more than the path takes.
-			kv = append(kv, fmt.Sprintf("%s: %d", strconv.Quote(p), int64(x.o.HTTPSleeps[p]/time.Second)))
+			kv = append(kv, fmt.Sprintf("%s: %d", strconv.Quote(p), int64(x.o.HTTPSleeps[p])))
 		}
 		paths = "{" + strings.Join(kv, ", ") + "}"
 	}
 	return fmt.Sprintf(`(!has(c.lifecycle) || !has(c.lifecycle.preStop)) ? -2 : `+
-		`has(c.lifecycle.preStop.sleep) ? c.lifecycle.preStop.sleep.seconds : `+
+		`has(c.lifecycle.preStop.sleep) ? (c.lifecycle.preStop.sleep.seconds > %[5]d ? %[6]d : c.lifecycle.preStop.sleep.seconds * 1000000000) : `+
 		`has(c.lifecycle.preStop.exec) ? (!has(%[1]s) ? -1 : (%[2]s >= 0 && %[3]s ? -3 : %[2]s)) : `+
 		`(has(c.lifecycle.preStop.httpGet) && has(c.lifecycle.preStop.httpGet.path) && c.lifecycle.preStop.httpGet.path in %[4]s) ? %[4]s[c.lifecycle.preStop.httpGet.path] : -1`,
-		cmd, x.sleepSeconds(cmd), distroless, paths)
+		cmd, x.sleepNS(cmd), distroless, paths, int64(math.MaxInt64/time.Second), int64(math.MaxInt64))
 }
 
 // shellPID1 is true for a container whose PID 1 is a shell that will not
-// forward SIGTERM (the common forms of lint's shellPID1).
+// forward SIGTERM: lint's shellPID1.
 func (x cel) shellPID1() string {
 	argv := "(c.command + (has(c.args) ? c.args : []))"
-	script := x.shellScript(argv)
-	return fmt.Sprintf(`has(c.command) && size(c.command) > 0 && (%[1]s[0].endsWith('.sh') || (%[1]s[0].matches(%[2]s) && size(%[1]s) > 1 && `+
-		`(%[3]s != '' ? !%[3]s.matches(%[4]s) : !%[1]s[1].startsWith('-'))))`,
-		argv, celString(reShell), script, celString(reExec))
+	return fmt.Sprintf(`has(c.command) && size(c.command) > 0 && (%[1]s[0].endsWith('.sh') || %[2]s || (%[3]s && !%[4]s.matches(%[5]s)))`,
+		argv, x.hasShellFile(argv), x.hasShellScript(argv), x.shellScript(argv), celString(reExec))
 }
 
 func (x cel) variables() []admissionv1.Variable {
 	t := x.o.Target
-	durRE := celString(`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`)
+	durRE := celString(reDuration)
 	delay := "variables.delay"
 	return []admissionv1.Variable{
 		// dyn(): each branch is a field of one kind only; the API server's
@@ -180,11 +205,9 @@ func (x cel) variables() []admissionv1.Variable {
 		{Name: "waived", Expression: x.waivedVar()},
 		{Name: "delay", Expression: x.annotation(strconv.Quote(AnnotationShutdownDelay))},
 		{Name: "distroless", Expression: x.annotation(strconv.Quote(AnnotationDistroless))},
-		// The in-app delay (epwindow.io/shutdown-delay), rounded down for
-		// the preStop comparison and up for the grace period, as lint
-		// compares the exact duration.
-		{Name: "delayFloor", Expression: fmt.Sprintf("%[1]s.matches(%[2]s) ? duration(%[1]s).getSeconds() : 0", delay, durRE)},
-		{Name: "delayCeil", Expression: fmt.Sprintf("%[1]s.matches(%[2]s) ? (duration(%[1]s) + duration('999999999ns')).getSeconds() : 0", delay, durRE)},
+		// The in-app delay (epwindow.io/shutdown-delay) in nanoseconds:
+		// int() of a duration is its nanoseconds.
+		{Name: "delayNS", Expression: fmt.Sprintf("%[1]s.matches(%[2]s) ? int(duration(%[1]s)) : 0", delay, durRE)},
 		{Name: "serving", Expression: "variables.spec.containers.filter(c, has(c.ports) && size(c.ports) > 0)"},
 		{Name: "hooks", Expression: "variables.serving.map(c, " + x.hook() + ")"},
 		{Name: "grace", Expression: fmt.Sprintf("has(variables.spec.terminationGracePeriodSeconds) ? variables.spec.terminationGracePeriodSeconds : %d", defaultGraceSeconds)},
@@ -193,8 +216,18 @@ func (x cel) variables() []admissionv1.Variable {
 		{Name: "streamDrain", Expression: x.annotation(strconv.Quote(AnnotationStreamDrain))},
 		{Name: "tail", Expression: fmt.Sprintf("variables.streamDrain.matches(%[1]s) && duration(variables.streamDrain) > duration('%[2]dns') ? (duration(variables.streamDrain) + duration('%[3]dns') + duration('999999999ns')).getSeconds() : %[4]d",
 			durRE, int64(t.Drain), int64(t.Headroom), t.TailSeconds())},
-		{Name: "needGrace", Expression: fmt.Sprintf("(variables.hooks.map(h, (h > 0 ? h : 0) + variables.delayCeil) + [%d]).max() + variables.tail", t.PreStopSeconds())},
+		// lint's GraceSeconds of each container's cover (its hook, if
+		// known, + the in-app delay, saturating as satAdd), in whole
+		// seconds rounded up.
+		{Name: "cover", Expression: fmt.Sprintf("variables.hooks.map(h, %s)", celSatAdd("(h > 0 ? h : 0)", "variables.delayNS"))},
+		{Name: "needGrace", Expression: fmt.Sprintf("(variables.cover.map(n, n / 1000000000 + (n %% 1000000000 > 0 ? 1 : 0)) + [%d]).max() + variables.tail", t.PreStopSeconds())},
 	}
+}
+
+// celSatAdd is lint's satAdd in CEL, for a, b ≥ 0: CEL fails on overflow
+// where Go wraps.
+func celSatAdd(a, b string) string {
+	return fmt.Sprintf("(%[1]s > %[3]d - %[2]s ? %[3]d : %[1]s + %[2]s)", a, b, int64(math.MaxInt64))
 }
 
 // validation is one rule's CEL: pass, and the message when it fails.
@@ -209,6 +242,7 @@ func (x cel) validation(id, pass, what string) admissionv1.Validation {
 
 func (x cel) validations() []admissionv1.Validation {
 	n := x.o.Target.PreStopSeconds()
+	need := n * int64(time.Second)
 	failAfter := func(p string) string {
 		return fmt.Sprintf("(has(%[1]s.failureThreshold) ? %[1]s.failureThreshold : 3) * (has(%[1]s.periodSeconds) ? %[1]s.periodSeconds : 10)", p)
 	}
@@ -221,12 +255,13 @@ func (x cel) validations() []admissionv1.Validation {
 	all := []struct{ id, pass, what string }{
 		{RuleReadinessProbe, "variables.serving.all(c, has(c.readinessProbe))",
 			"'container ' + variables.serving.filter(c, !has(c.readinessProbe))[0].name + ' declares a port but has no readinessProbe'"},
-		{RulePreStopMissing, "variables.delayCeil > 0 || variables.hooks.all(h, h != -2)",
+		{RulePreStopMissing, "variables.delayNS > 0 || variables.hooks.all(h, h != -2)",
 			fmt.Sprintf("'a serving container has no preStop hook and the pod no %s annotation'", AnnotationShutdownDelay)},
-		{RulePreStopShort, fmt.Sprintf("variables.hooks.all(h, h == -1 || h == -3 || (h == -2 ? (variables.delayCeil == 0 || variables.delayFloor >= %[1]d) : h + variables.delayFloor >= %[1]d))", n),
-			fmt.Sprintf("'preStop (+ in-app delay) ' + string((variables.hooks.filter(h, h >= 0).map(h, h + variables.delayFloor) + (variables.hooks.exists(h, h == -2) && variables.delayCeil > 0 ? [variables.delayFloor] : [])).min()) + 's < %ds'", n)},
+		// lint: have = hook + delay < need, written so nothing overflows.
+		{RulePreStopShort, fmt.Sprintf("variables.hooks.all(h, h == -1 || h == -3 || (h == -2 ? (variables.delayNS == 0 || variables.delayNS >= %[1]d) : h >= %[1]d - variables.delayNS))", need),
+			fmt.Sprintf("'preStop (+ in-app delay) ' + string(double((variables.hooks.filter(h, h >= 0).map(h, %s) + (variables.hooks.exists(h, h == -2) && variables.delayNS > 0 ? [variables.delayNS] : [])).min()) / 1e9) + 's < %ds'", celSatAdd("h", "variables.delayNS"), n)},
 		{RulePreStopUnknown, "variables.hooks.all(h, h != -1)",
-			"'a preStop hook whose length the policy cannot read (httpGet to an unlisted path, or a command that is not sleep N)'"},
+			"'a preStop hook whose length the policy cannot read (httpGet to an unlisted path, or a command that is not a sleep)'"},
 		{RuleGraceShort, "size(variables.serving) == 0 || variables.grace >= variables.needGrace",
 			fmt.Sprintf("'terminationGracePeriodSeconds ' + string(variables.grace) + ' < preStop + drain %s + headroom %s = ' + string(variables.needGrace) + 's; set terminationGracePeriodSeconds: ' + string(variables.needGrace)",
 				x.o.Target.Drain, x.o.Target.Headroom)},

@@ -71,9 +71,24 @@ func (t Target) String() string {
 	return fmt.Sprintf("--prestop %ds --drain %s --headroom %s", t.PreStopSeconds(), t.Drain, t.Headroom)
 }
 
+// ceilSeconds rounds up in integers, as the policy's CEL does: float
+// seconds lose the nanoseconds of durations past 2^53 ns (104 days).
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64(math.Ceil(d.Seconds()))
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
+}
+
+// satAdd is a + b for a, b ≥ 0, at most math.MaxInt64 where Go would wrap
+// (the policy's CEL saturates the same way rather than fail on overflow).
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
