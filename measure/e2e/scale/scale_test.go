@@ -1,0 +1,306 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/epwindow/epwindow/internal/e2etest"
+	"github.com/epwindow/epwindow/internal/localcluster"
+	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/results"
+)
+
+// The injected settings: the cluster at production shape (the shape
+// docs/production-size.md measures), with kube-proxy's --min-sync-period
+// and Skipper's poll set so that the bounds below follow from them.
+const (
+	// replicas over perSlice endpoints a slice: the probe's Service spans
+	// 6 EndpointSlices (kube-controller-manager --max-endpoints-per-slice).
+	replicas = 30
+	perSlice = 5
+	// ballast is 2,000 selector-less Services × 5 endpoints, each with an
+	// Ingress; churn flips one ballast endpoint's readiness twice a second
+	// for as long as the cluster runs, so kube-proxy and Skipper see a
+	// change in every sync.
+	ballast = "2000x5"
+	churn   = 2
+	// proxyPeriod is kube-proxy's --min-sync-period. 500 ms rather than
+	// kube-proxy's default 1 s: the sync's own duration is then a larger
+	// part of kube-proxy's cycle (period + sync), which gives the test of
+	// the sync duration its power at few trials (TestKubeProxyAt2000Services).
+	proxyPeriod = 500 * time.Millisecond
+	// ingressPoll is Skipper's -source-poll-timeout.
+	ingressPoll = time.Second
+	// nodes: one in-cluster load runner on each.
+	nodes = 2
+	// trials is the run's deletions. Each takes about 9 s here (the
+	// window, the 2 s quiet period, the replacement's return to steady
+	// state and up to one kube-proxy period of jitter), after about 40 s
+	// of setup for 30 replicas, so the run fits the package's share of
+	// make test (5 min, 2 of them the cluster's start). 10 is what the
+	// sync-duration test needs for a false alarm below 10⁻³ (see there);
+	// the other tests check every trial.
+	trials = 10
+)
+
+// cluster is the package's local cluster, started once in TestMain.
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) {
+	localcluster.Main(m, "measure/e2e/scale", localcluster.Options{
+		Nodes: nodes, IngressPoll: ingressPoll, ProxyMode: "nftables", ProxyMinSyncPeriod: proxyPeriod,
+		MaxEndpointsPerSlice: perSlice, Ballast: ballast, Churn: churn,
+		// 2,000 Services reach READY in about 2 min on this 2-core machine
+		// (docs/production-size.md); room for a loaded machine.
+		Timeout: 6 * time.Minute,
+	}, func(c *localcluster.Cluster) error {
+		cluster = c
+		if c.KubeProxyMetricsURL == "" {
+			return fmt.Errorf("the READY line names no kube-proxy-metrics URL")
+		}
+		fmt.Printf("measure/e2e/scale: cluster READY after %s\n", c.StartupTime.Round(time.Second))
+		return nil
+	})
+}
+
+// scaleRun is the one measure run every test of the package reads.
+type scaleRun struct {
+	sink *e2etest.Sink
+	// after is kube-proxy's figures read once the run ended; the header's
+	// were read before its first trial.
+	after results.KubeProxy
+	// slices is this package's own watch of the run's EndpointSlices.
+	slices *sliceLog
+	// ballastChanged counts the ballast slices whose resource version
+	// changed over the run, and took is the run's duration: the churn.
+	ballastChanged int
+	took           time.Duration
+}
+
+var (
+	runOnce sync.Once
+	shared  *scaleRun
+)
+
+// theRun runs the package's measurement on first use and returns it; a
+// test after a failed run fails at once.
+func theRun(t *testing.T) *scaleRun {
+	t.Helper()
+	runOnce.Do(func() { shared = measureAtScale(t) })
+	if shared == nil {
+		t.Fatal("the package's measure run failed (see the first test's log)")
+	}
+	return shared
+}
+
+func measureAtScale(t *testing.T) *scaleRun {
+	t.Helper()
+	ctx := context.Background()
+	log := &sliceLog{}
+	defer log.stop()
+	cfg := e2etest.Config(t, cluster, cluster.Client)
+	cfg.Trials, cfg.Replicas = trials, replicas
+	cfg.InClusterLoad, cfg.InClusterRate = nodes, 100
+	// Deletions spread over one kube-proxy period, stratified over the
+	// trials (as package clusterip does): each lands at its own phase of
+	// kube-proxy's cycle.
+	cfg.TrialJitter = proxyPeriod
+	cfg.KubeProxyMetrics = cluster.KubeProxyMetricsURL
+	cfg.SettleTimeout = 4 * time.Minute
+	cfg.BeforeDelete = log.start
+	before := ballastVersions(t)
+	began := time.Now()
+	sink := e2etest.Run(t, cfg, 15*time.Minute)
+	took := time.Since(began)
+	changed := 0
+	for name, rv := range ballastVersions(t) {
+		if before[name] != rv {
+			changed++
+		}
+	}
+	after := measure.ReadKubeProxy(ctx, &http.Client{Transport: &http.Transport{Proxy: nil}}, cluster.KubeProxyMetricsURL)
+	if err := log.err(); err != nil {
+		t.Fatalf("this test's watch of the run's slices: %v", err)
+	}
+	return &scaleRun{sink: sink, after: after, slices: log, ballastChanged: changed, took: took}
+}
+
+// ballastVersions is each ballast slice's resource version (namespace
+// ballast: deploy/local/cmd/epwindow-local/ballast.go).
+func ballastVersions(t *testing.T) map[string]string {
+	t.Helper()
+	list, err := cluster.Client.DiscoveryV1().EndpointSlices("ballast").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list the ballast's slices: %v", err)
+	}
+	out := map[string]string{}
+	for _, s := range list.Items {
+		out[s.Name] = s.ResourceVersion
+	}
+	return out
+}
+
+// sliceEvent is one EndpointSlice as this package's watch delivered it,
+// stamped at the door: its endpoints' addresses and whether each was
+// ready.
+type sliceEvent struct {
+	at    time.Time
+	name  string
+	gone  bool
+	ready map[string]bool
+}
+
+// sliceLog watches the run's EndpointSlices from before the first
+// deletion to the run's end: the API server's account of which slice held
+// which address when, against which the records' slice names and
+// startup stages are checked. It is a second watch beside measure's own,
+// on the same API server.
+type sliceLog struct {
+	mu      sync.Mutex
+	events  []sliceEvent
+	started bool
+	broken  error
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// start is measure's BeforeDelete: on the first deletion it lists the
+// run's slices (the state before any trial) and watches from there.
+func (l *sliceLog) start(_ context.Context, ns string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started {
+		return nil
+	}
+	l.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	listed := time.Now()
+	list, err := cluster.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list slices in %s: %w", ns, err)
+	}
+	for i := range list.Items {
+		l.events = append(l.events, eventOf(listed, &list.Items[i], false))
+	}
+	w, err := cluster.Client.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return fmt.Errorf("watch slices in %s: %w", ns, err)
+	}
+	l.done = make(chan struct{})
+	go func() {
+		defer close(l.done)
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			seen := time.Now() // at the door, before the lock
+			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
+			l.mu.Lock()
+			if !ok {
+				l.broken = fmt.Errorf("watch event %s: %T", ev.Type, ev.Object)
+			} else {
+				l.events = append(l.events, eventOf(seen, s, ev.Type == watch.Deleted))
+			}
+			l.mu.Unlock()
+		}
+		if ctx.Err() == nil {
+			l.mu.Lock()
+			l.broken = fmt.Errorf("watch of %s closed before the run ended", ns)
+			l.mu.Unlock()
+		}
+	}()
+	return nil
+}
+
+func eventOf(at time.Time, s *discoveryv1.EndpointSlice, gone bool) sliceEvent {
+	ev := sliceEvent{at: at, name: s.Name, gone: gone, ready: map[string]bool{}}
+	for _, ep := range s.Endpoints {
+		for _, a := range ep.Addresses {
+			// A nil ready condition means ready (discovery/v1 types.go).
+			ev.ready[a] = ep.Conditions.Ready == nil || *ep.Conditions.Ready
+		}
+	}
+	return ev
+}
+
+func (l *sliceLog) stop() {
+	if l.cancel != nil {
+		l.cancel()
+		<-l.done
+	}
+}
+
+func (l *sliceLog) err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.started {
+		return fmt.Errorf("never started: no deletion ran")
+	}
+	return l.broken
+}
+
+// before is every slice's endpoints as last delivered before t.
+func (l *sliceLog) before(t time.Time) map[string]map[string]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	state := map[string]map[string]bool{}
+	for _, ev := range l.events {
+		if !ev.at.Before(t) {
+			break
+		}
+		if ev.gone {
+			delete(state, ev.name)
+		} else {
+			state[ev.name] = ev.ready
+		}
+	}
+	return state
+}
+
+// firstReady is the first delivery after t of a slice that lists addr
+// ready.
+func (l *sliceLog) firstReady(addr string, t time.Time) (sliceEvent, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ev := range l.events {
+		if ev.at.After(t) && !ev.gone && ev.ready[addr] {
+			return ev, true
+		}
+	}
+	return sliceEvent{}, false
+}
+
+// holders names the slices of state that list addr.
+func holders(state map[string]map[string]bool, addr string) []string {
+	var out []string
+	for name, eps := range state {
+		if _, ok := eps[addr]; ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// valid returns the run's valid trials, failing the test for each other.
+func (r *scaleRun) valid(t *testing.T) []*results.Record {
+	t.Helper()
+	var out []*results.Record
+	for _, rec := range r.sink.Records {
+		if !rec.Valid {
+			t.Errorf("trial %d invalid: %s", rec.Trial, rec.InvalidReason())
+			continue
+		}
+		out = append(out, rec)
+	}
+	if len(out) == 0 {
+		t.Fatal("no valid trial")
+	}
+	return out
+}
