@@ -80,14 +80,14 @@ func TestManySlices(t *testing.T) {
 	}
 }
 
-// syncsDuring is kube-proxy's syncs between two readings of its
-// histogram: their count and mean duration.
-func syncsDuring(a, b results.KubeProxy) (int64, time.Duration) {
-	n := b.Syncs - a.Syncs
+// during is a kube-proxy histogram's observations between two readings of
+// it (count and mean each), from their counts and means.
+func during(n1, mean1, n2, mean2 int64) (int64, time.Duration) {
+	n := n2 - n1
 	if n <= 0 {
 		return 0, 0
 	}
-	return n, time.Duration((b.Syncs*b.SyncMeanNS - a.Syncs*a.SyncMeanNS) / n)
+	return n, time.Duration((n2*mean2 - n1*mean1) / n)
 }
 
 // clusterDelays are cluster_last_routed − slice_not_ready of the trials,
@@ -148,13 +148,15 @@ func proxyBound(syncMax, unc time.Duration) time.Duration {
 // period-only bound (package clusterip, at a sync of a few ms) is D ≤
 // period; here the largest D exceeds it by up to 2S.
 //
-// The test: S̄ is the mean sync duration over the run (the histogram read
-// before the first trial, in the header, and after the last); the excess of
-// the largest delay over the period must be at least S̄/4 and at most twice
-// the syncs' p99 bound plus the stamps' slack. The lower bound fails by
-// chance only if every delay stays under period + S/4, i.e. every W under
-// period − 3S/4: probability ((period − 3S/4)/(period + S))ⁿ, at the
-// measured S ≈ 250 ms and n = 10 trials (0.3125/0.75)¹⁰ ≈ 2·10⁻⁴.
+// The test: S̄ is the mean sync duration over the trials (the histogram
+// read before the first trial, in the header, and after the last); the
+// excess of the largest delay over the period must be at least S̄/4 and at
+// most twice the syncs' p99 bound plus the stamps' slack. The lower bound
+// fails by chance only if every delay stays under period + S/4, i.e. every
+// W under period − 3S/4: probability ((period − 3S/4)/(period + S))ⁿ. At
+// the S̄ = 82 ms measured here on an otherwise idle machine (more when it
+// is loaded, which only lowers this) and n = 10 trials:
+// (139/282)¹⁰ ≈ 8·10⁻⁴.
 func TestKubeProxyAt2000Services(t *testing.T) {
 	r := theRun(t)
 	h := r.sink.Meta.KubeProxy
@@ -164,7 +166,7 @@ func TestKubeProxyAt2000Services(t *testing.T) {
 	if r.after.Err != "" {
 		t.Fatalf("kube-proxy metrics after the run: %s", r.after.Err)
 	}
-	n, mean := syncsDuring(*h, r.after)
+	n, mean := during(h.Syncs, h.SyncMeanNS, r.after.Syncs, r.after.SyncMeanNS)
 	if n == 0 || mean <= 0 {
 		t.Fatalf("no kube-proxy sync during the run: before %+v after %+v", *h, r.after)
 	}
@@ -174,9 +176,24 @@ func TestKubeProxyAt2000Services(t *testing.T) {
 		t.Fatal("no trial timed the ClusterIP path")
 	}
 	excess := slices.Max(delays) - proxyPeriod
-	t.Logf("kube-proxy during the run: %d syncs, mean %s (header, since start: %d, mean %s, p99 ≤ %s); network programming since start: %d, mean %s, p99 ≤ %s",
-		n, mean.Round(time.Millisecond), h.Syncs, time.Duration(h.SyncMeanNS).Round(time.Millisecond), time.Duration(h.SyncP99UpperNS),
-		r.after.NetworkProgrammings, time.Duration(r.after.NetworkProgrammingMeanNS).Round(time.Millisecond), time.Duration(r.after.NetworkProgrammingP99UpperNS))
+	// ClusterLoader2's view of the same trials: the network-programming
+	// histogram counts the replacements' arrivals (creations and updates
+	// carry a trigger time; the deletions do not, nor do the ballast's
+	// slices, which epwindow-local writes without one), from the trigger
+	// to the rules in place: the creation side, beside the deletion side
+	// below. docs/production-size.md sets the two next to each other.
+	np, npMean := during(h.NetworkProgrammings, h.NetworkProgrammingMeanNS, r.after.NetworkProgrammings, r.after.NetworkProgrammingMeanNS)
+	t.Logf("kube-proxy during the trials: %d syncs, mean %s (since its start: %d, mean %s, p99 ≤ %s); network programming during the trials: %d, mean %s (since its start: p99 ≤ %s)",
+		n, mean.Round(time.Millisecond), r.after.Syncs, time.Duration(r.after.SyncMeanNS).Round(time.Millisecond), syncMax,
+		np, npMean.Round(time.Millisecond), time.Duration(r.after.NetworkProgrammingP99UpperNS))
+	var fromT0 []time.Duration
+	for _, rec := range r.valid(t) {
+		if d, ok := rec.Offset(results.StageClusterLastRouted); ok {
+			fromT0 = append(fromT0, d)
+		}
+	}
+	slices.Sort(fromT0)
+	t.Logf("deletion side: T0 → cluster_last_routed %v", fromT0)
 	t.Logf("cluster_last_routed − slice_not_ready at --min-sync-period %s: %v; largest exceeds the period by %s", proxyPeriod, delays, excess)
 	if lo, hi := mean/4, 2*syncMax+proxySlack+unc; excess < lo || excess > hi {
 		t.Errorf("largest delay exceeds the period %s by %s, want within [%s, %s] (mean sync %s/4, 2 × p99 bound %s + %s + skew %s)",
@@ -214,8 +231,9 @@ func TestTruthBoundsUnderChurn(t *testing.T) {
 	r := theRun(t)
 	// The churn flips one ballast Service's endpoint at a time, in turn:
 	// over the run at least half of churn × duration slices must have
-	// changed (half: its writes queue behind the run's on the API server).
-	if want := int(r.took.Seconds() * churn / 2); r.ballastChanged < want {
+	// changed (half: its writes queue behind the run's on the API server),
+	// or half the ballast once the churn has gone round it.
+	if want := min(int(r.took.Seconds()*churn/2), ballastServices/2); r.ballastChanged < want {
 		t.Errorf("%d ballast slices changed over the %s run, want ≥ %d at --churn %d", r.ballastChanged, r.took.Round(time.Second), want, churn)
 	}
 	syncMax := time.Duration(r.after.SyncP99UpperNS)

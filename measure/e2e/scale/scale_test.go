@@ -27,16 +27,21 @@ const (
 	replicas = 30
 	perSlice = 5
 	// ballast is 2,000 selector-less Services × 5 endpoints, each with an
-	// Ingress; churn flips one ballast endpoint's readiness twice a second
-	// for as long as the cluster runs, so kube-proxy and Skipper see a
-	// change in every sync.
-	ballast = "2000x5"
-	churn   = 2
-	// proxyPeriod is kube-proxy's --min-sync-period. 500 ms rather than
-	// kube-proxy's default 1 s: the sync's own duration is then a larger
+	// Ingress; churn flips one ballast endpoint's readiness ten times a
+	// second for as long as the cluster runs. At that rate a change is
+	// always pending when kube-proxy's period ends (every 100 ms, against
+	// a cycle of period + sync ≥ 200 ms), so kube-proxy syncs back to back,
+	// as a busy production cluster's does; at --churn 2 it idled between
+	// changes and many deletions were applied at once (seen here: 5 of 10
+	// delays within 40 ms of one sync's duration).
+	ballast         = "2000x5"
+	ballastServices = 2000
+	churn           = 10
+	// proxyPeriod is kube-proxy's --min-sync-period. 200 ms rather than
+	// kube-proxy's default 1 s: the sync's own duration is then a large
 	// part of kube-proxy's cycle (period + sync), which gives the test of
 	// the sync duration its power at few trials (TestKubeProxyAt2000Services).
-	proxyPeriod = 500 * time.Millisecond
+	proxyPeriod = 200 * time.Millisecond
 	// ingressPoll is Skipper's -source-poll-timeout.
 	ingressPoll = time.Second
 	// nodes: one in-cluster load runner on each.
@@ -117,6 +122,9 @@ func measureAtScale(t *testing.T) *scaleRun {
 	cfg.SettleTimeout = 4 * time.Minute
 	cfg.BeforeDelete = log.start
 	before := ballastVersions(t)
+	if len(before) != ballastServices {
+		t.Fatalf("namespace ballast holds %d slices, want %d (--ballast %s)", len(before), ballastServices, ballast)
+	}
 	began := time.Now()
 	sink := e2etest.Run(t, cfg, 15*time.Minute)
 	took := time.Since(began)
