@@ -46,14 +46,23 @@ const (
 	ingressPoll = time.Second
 	// nodes: one in-cluster load runner on each.
 	nodes = 2
-	// trials is the run's deletions. Each takes about 9 s here (the
-	// window, the 2 s quiet period, the replacement's return to steady
-	// state and up to one kube-proxy period of jitter), after about 40 s
-	// of setup for 30 replicas, so the run fits the package's share of
-	// make test (5 min, 2 of them the cluster's start). 10 is what the
-	// sync-duration test needs for a false alarm below 10⁻³ (see there);
-	// the other tests check every trial.
-	trials = 10
+	// runnerRate is each in-cluster runner's requests a second, a new
+	// connection each: kube-proxy picks one of the 30 endpoints at random
+	// per connection, so the deleted pod gets λ = 2 × 500 / 30 ≈ 33 a
+	// second, and its last one precedes the rules' change by a gap of mean
+	// 1/λ = 30 ms (at package clusterip's 100 a second over 3 replicas,
+	// 15 ms; at 100 a second over 30, 150 ms: seen here as a
+	// cluster_last_routed 96 ms before slice_not_ready).
+	runnerRate = 500
+	// trials is the run's deletions. Each takes about 6 s on an idle
+	// machine (the window, the 2 s quiet period, the replacement's return
+	// to steady state and up to one kube-proxy period of jitter), after
+	// about 25 s of setup for 30 replicas: the package took 100 s with 10
+	// trials, the cluster's start included, and a loaded machine doubles
+	// the start (docs/production-size.md) and the trials, within the
+	// package's 5 min. 15 is what the sync-duration test needs for a false
+	// alarm below 10⁻³ (see there); the other tests check every trial.
+	trials = 15
 )
 
 // cluster is the package's local cluster, started once in TestMain.
@@ -113,7 +122,7 @@ func measureAtScale(t *testing.T) *scaleRun {
 	defer log.stop()
 	cfg := e2etest.Config(t, cluster, cluster.Client)
 	cfg.Trials, cfg.Replicas = trials, replicas
-	cfg.InClusterLoad, cfg.InClusterRate = nodes, 100
+	cfg.InClusterLoad, cfg.InClusterRate = nodes, runnerRate
 	// Deletions spread over one kube-proxy period, stratified over the
 	// trials (as package clusterip does): each lands at its own phase of
 	// kube-proxy's cycle.
