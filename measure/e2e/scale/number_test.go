@@ -253,6 +253,16 @@ func TestTruthBoundsUnderChurn(t *testing.T) {
 		t.Fatalf("kube-proxy's sync p99 bound unknown: %+v", r.after)
 	}
 	const watchDelivery = 20 * time.Millisecond
+	var notReady, toUpstream, windows []time.Duration
+	defer func() {
+		for _, ds := range [][]time.Duration{notReady, toUpstream, windows} {
+			slices.Sort(ds)
+		}
+		t.Logf("T0 → slice_not_ready %v", notReady)
+		t.Logf("slice_not_ready → upstream_removed (latest replica) %v", toUpstream)
+		t.Logf("window (probe's traffic end − T0) %v", windows)
+		t.Logf("%d ballast slices changed over the %s run", r.ballastChanged, r.took.Round(time.Second))
+	}()
 	for _, rec := range r.valid(t) {
 		skew := time.Duration(rec.SkewUncertaintyNS)
 		nr, ok := rec.Offset(results.StageSliceNotReady)
@@ -277,6 +287,7 @@ func TestTruthBoundsUnderChurn(t *testing.T) {
 			t.Errorf("trial %d: no upstream_removed", rec.Trial)
 			continue
 		}
+		notReady, toUpstream = append(notReady, nr), append(toUpstream, removedMax-nr)
 		cl, ok := rec.Offset(results.StageClusterLastRouted)
 		if !ok {
 			t.Errorf("trial %d: no cluster_last_routed", rec.Trial)
@@ -297,6 +308,7 @@ func TestTruthBoundsUnderChurn(t *testing.T) {
 		// less the skew bound; and no request reaches it after both
 		// paths had dropped it, up to the skew bound and the stamps'
 		// slack.
+		windows = append(windows, end)
 		hi := max(removedMax, cl) + skew + unc + proxySlack
 		if lo := max(client, cl) - skew - unc - watchDelivery; end < lo || end > hi {
 			t.Errorf("trial %d: probe's traffic end %s outside the observers' bracket [%s, %s]", rec.Trial, end, lo, hi)
