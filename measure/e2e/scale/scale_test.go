@@ -2,8 +2,10 @@ package scale
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,6 +99,9 @@ type scaleRun struct {
 	// changed over the run, and took is the run's duration: the churn.
 	ballastChanged int
 	took           time.Duration
+	// skipper is Skipper's own timing of its route updates, read after
+	// the run.
+	skipper skipperTimers
 }
 
 var (
@@ -147,7 +152,58 @@ func measureAtScale(t *testing.T) *scaleRun {
 	if err := log.err(); err != nil {
 		t.Fatalf("this test's watch of the run's slices: %v", err)
 	}
-	return &scaleRun{sink: sink, after: after, slices: log, ballastChanged: changed, took: took}
+	return &scaleRun{sink: sink, after: after, slices: log, ballastChanged: changed, took: took, skipper: readSkipperTimers(t)}
+}
+
+// skipperTimers are the longest of Skipper's own route-update timings
+// (routing/datasource.go in Skipper v0.27.57): Load is
+// routes.load_update.<client>, from the poll's tick to the data client's
+// answer (the Kubernetes client re-lists every Ingress, Service and
+// EndpointSlice of the cluster each poll); Update is
+// routes.update_latency, from that answer's arrival to the new table in
+// place (routing/routing.go). Count is the loads timed: the timers keep a
+// uniform sample of 1,024 (metrics/codahale.go), so their max is exact
+// up to that many.
+type skipperTimers struct {
+	Load, Update time.Duration
+	Count        int64
+}
+
+// readSkipperTimers reads Skipper's CodaHale JSON from its metrics
+// listener, the support port that serves /routes (deploy/local/skipper).
+func readSkipperTimers(t *testing.T) skipperTimers {
+	t.Helper()
+	base, ok := strings.CutSuffix(cluster.RoutesURL, "/routes")
+	if !ok {
+		t.Fatalf("routes URL %s: want …/routes", cluster.RoutesURL)
+	}
+	resp, err := http.Get(base + "/metrics/routes.")
+	if err != nil {
+		t.Fatalf("read Skipper's metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Timers map[string]struct {
+			Count int64   `json:"count"`
+			Max   float64 `json:"max"`
+		} `json:"timers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatalf("decode Skipper's metrics: %v", err)
+	}
+	var st skipperTimers
+	for name, tm := range doc.Timers {
+		switch {
+		case strings.HasPrefix(name, "routes.load_update."):
+			st.Load, st.Count = max(st.Load, time.Duration(tm.Max)), st.Count+tm.Count
+		case name == "routes.update_latency":
+			st.Update = time.Duration(tm.Max)
+		}
+	}
+	if st.Load == 0 || st.Update == 0 {
+		t.Fatalf("Skipper's metrics have no route-update timers: %+v", doc.Timers)
+	}
+	return st
 }
 
 // ballastVersions is each ballast slice's resource version (namespace
