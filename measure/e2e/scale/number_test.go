@@ -226,6 +226,11 @@ const skipperSlack = 100 * time.Millisecond
 // load's tick + max(poll, load); that load (≤ s.Load) carries the change,
 // the table is rebuilt (≤ s.Update), and our observer sees it within its
 // bracket.
+//
+// Skipper's timers cover its whole life, the ballast's creation included,
+// when its loads took longest (5.6 s against a 1 s poll, seen here): the
+// bound is loose by that much, and the logged lags say how far inside it
+// the trials stay.
 func skipperBound(s skipperTimers, bracket time.Duration) time.Duration {
 	return max(ingressPoll, s.Load) + s.Load + s.Update + bracket + skipperSlack
 }

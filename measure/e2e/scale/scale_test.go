@@ -195,7 +195,9 @@ func readSkipperTimers(t *testing.T) skipperTimers {
 	for name, tm := range doc.Timers {
 		// The handler names them with its prefix, "skipper." by default
 		// (metrics/codahale.go, filterMetrics).
-		name = name[strings.Index(name, "routes."):]
+		if i := strings.Index(name, "routes."); i >= 0 {
+			name = name[i:]
+		}
 		switch {
 		case strings.HasPrefix(name, "routes.load_update."):
 			st.Load, st.Count = max(st.Load, time.Duration(tm.Max)), st.Count+tm.Count
