@@ -24,10 +24,10 @@ const (
 	metricNetworkProgramming = "kubeproxy_network_programming_duration_seconds"
 )
 
-// readKubeProxy reads kube-proxy's metrics endpoint (its
+// ReadKubeProxy reads kube-proxy's metrics endpoint (its
 // --metrics-bind-address, /metrics) once. An unreachable endpoint is not a
 // failure of the run: the returned record says why in Err.
-func readKubeProxy(ctx context.Context, client *http.Client, url string) results.KubeProxy {
+func ReadKubeProxy(ctx context.Context, client *http.Client, url string) results.KubeProxy {
 	kp := results.KubeProxy{URL: url}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -48,7 +48,7 @@ func TestReadKubeProxy(t *testing.T) {
 		fmt.Fprint(w, kubeProxyExposition)
 	}))
 	defer srv.Close()
-	kp := readKubeProxy(context.Background(), srv.Client(), srv.URL+"/metrics")
+	kp := ReadKubeProxy(context.Background(), srv.Client(), srv.URL+"/metrics")
 	want := results.KubeProxy{URL: srv.URL + "/metrics", Syncs: 100, SyncMeanNS: int64(185 * time.Millisecond), SyncP99UpperNS: int64(512 * time.Millisecond),
 		NetworkProgrammings: 10, NetworkProgrammingMeanNS: int64(700 * time.Millisecond), NetworkProgrammingP99UpperNS: int64(2 * time.Second)}
 	if kp != want {
@@ -64,7 +64,7 @@ func TestReadKubeProxy(t *testing.T) {
 	closed := "http://" + ln.Addr().String() + "/metrics"
 	ln.Close()
 	for _, u := range []string{closed, srv.URL + "/other"} {
-		if kp := readKubeProxy(context.Background(), srv.Client(), u); kp.Err == "" || kp.Syncs != 0 {
+		if kp := ReadKubeProxy(context.Background(), srv.Client(), u); kp.Err == "" || kp.Syncs != 0 {
 			t.Errorf("%s: %+v, want an error and no figures", u, kp)
 		}
 	}

@@ -316,7 +316,7 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		h.Observers = []results.Observer{headerObserver(obs, r.tracker.Stats(), obs.Settings(ctx))}
 	}
 	if cfg.KubeProxyMetrics != "" {
-		kp := readKubeProxy(ctx, &http.Client{Transport: &http.Transport{Proxy: nil}}, cfg.KubeProxyMetrics)
+		kp := ReadKubeProxy(ctx, &http.Client{Transport: &http.Transport{Proxy: nil}}, cfg.KubeProxyMetrics)
 		h.KubeProxy = &kp
 		r.report(Progress{Phase: "setup", Message: kubeProxyLine(kp)})
 	}
