@@ -3,8 +3,8 @@
 # [up flags...] starts bin/epwindow-local up in DIR/cluster, waits for its
 # READY line, and sets kubeconfig, ingress and routes from it (up_started:
 # when up began); the cluster is torn down when the script exits (Ctrl-C
-# included). It runs under the lock the tests take, so
-# it never shares the pod network with a test's cluster.
+# included). It runs under the lock the tests take, so it never shares the
+# pod network with a test's cluster.
 cluster_up() {
 	local dir=$1
 	shift
