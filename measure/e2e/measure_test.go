@@ -258,7 +258,19 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		t.Logf("broken canary: %d client failures over %d deletions", failed, cfg.Trials)
 
 		// The recommendation from the honest run, applied as a preStop
-		// sleep: 0 failures over 20 deletions.
+		// sleep: failures gone from nearly every deletion, and those left
+		// explained by the tool's own number. The recommendation covers
+		// the 95th percentile of the window (a floor at 10 trials: their
+		// largest, plus the margin), so a deletion whose window outlasts
+		// the sleep is allowed 1 time in 20 on average; more than 3 of 20
+		// such trials has probability 1.6% (Binomial(20, 0.05)) if the
+		// recommendation holds, while one that did not cover the window
+		// fails most trials (the broken canary above: every one). Each
+		// failing trial must show why: the observer still listed the
+		// address when the app stopped listening (upstream_removed no
+		// earlier than SIGTERM less the observer's resolution), i.e. the
+		// window outlasted the sleep and the record says so. A failure
+		// the record cannot explain is a wrong number.
 		sum := results.NewSummary(sink.Meta, results.Options{})
 		for _, r := range sink.Records {
 			sum.Add(r)
@@ -274,12 +286,28 @@ func TestMeasureOnLocalCluster(t *testing.T) {
 		cfg.Trials = 20
 		fixed := run(t, cfg)
 		failed = 0
+		failing := 0
+		res := fixed.Meta.WorstResolution()
 		for _, r := range fixed.Records {
-			for kind, n := range r.ClientFailures {
+			if len(r.ClientFailures) == 0 {
+				continue
+			}
+			failing++
+			for _, n := range r.ClientFailures {
 				failed += n
-				t.Errorf("trial %d: %d %s failures with preStop sleep %ds", r.Trial, n, kind, rec.PreStopSeconds)
+			}
+			removed, okR := r.Offset(results.StageUpstreamRemoved)
+			sig, okS := r.Offset(results.StageSigterm)
+			t.Logf("trial %d: failures %v with preStop sleep %ds; upstream_removed %s (ok %v), sigterm %s (ok %v), observer resolution %s",
+				r.Trial, r.ClientFailures, rec.PreStopSeconds, removed, okR, sig, okS, res)
+			if !okR || !okS || removed < sig-res {
+				t.Errorf("trial %d: client failures %v, but the record does not show the window outlasting the %ds sleep (upstream_removed %s, sigterm %s, resolution %s)",
+					r.Trial, r.ClientFailures, rec.PreStopSeconds, removed, sig, res)
 			}
 		}
-		t.Logf("recommended preStop %ds applied: %d client failures over %d deletions", rec.PreStopSeconds, failed, cfg.Trials)
+		if failing > 3 {
+			t.Errorf("recommended preStop %ds applied: failures in %d of %d deletions, want ≤ 3 (see above)", rec.PreStopSeconds, failing, cfg.Trials)
+		}
+		t.Logf("recommended preStop %ds applied: %d client failures in %d of %d deletions", rec.PreStopSeconds, failed, failing, cfg.Trials)
 	})
 }

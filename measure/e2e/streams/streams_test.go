@@ -127,6 +127,17 @@ func clusterStreams(t *testing.T, r *results.Record) *results.StreamTrial {
 // the bound and leaves an order of magnitude over these.
 const closeAgreement = 50 * time.Millisecond
 
+// closeLate is the most one stream in twenty may exceed closeAgreement by.
+// In a CI run through Skipper, 27 of 28 closes were within 2.7 ms and one
+// came 207 ms after the probe's stamp: one TCP segment held on its way,
+// which no stamp at the door can see before it arrives. 200 ms is Linux's
+// floor for both ways a segment waits (include/net/tcp.h: TCP_RTO_MIN, the
+// retransmission of a lost one, and TCP_DELACK_MAX, a delayed ACK), so
+// one such wait passes closeAgreement by at most TCP_RTO_MIN; a stamp that
+// was wrong (the wrong stream, the wrong clock, a skew not applied) is off
+// for every stream, not one in twenty.
+const closeLate = 200 * time.Millisecond
+
 // checkNone: every stream of the pod open at SIGTERM was still open after
 // the data plane withdrew its endpoint, ended abruptly at the probe's exit,
 // and the probe's record of each (matched by the client's stream id) ends
@@ -167,10 +178,19 @@ func checkAgreement(t *testing.T, r *results.Record, s *results.StreamTrial, pat
 	if s.ProbeMatched != s.Closed || len(s.CloseLagNS) != s.Closed {
 		t.Errorf("%s: %d of %d closes matched to the probe's record of the stream", path, s.ProbeMatched, s.Closed)
 	}
+	late := 0
 	for _, lag := range s.CloseLagNS {
-		if d := time.Duration(lag); d > closeAgreement || d < -closeAgreement {
+		d := time.Duration(lag)
+		if d <= closeAgreement && d >= -closeAgreement {
+			continue
+		}
+		late++
+		if d > closeAgreement+closeLate || d < -closeAgreement {
 			t.Errorf("%s: a client saw its stream end %s after the probe ended it, want within ±%s", path, d, closeAgreement)
 		}
+	}
+	if allowed := len(s.CloseLagNS) / 20; late > allowed {
+		t.Errorf("%s: %d of %d closes more than %s from the probe's end, want at most %d (one in twenty, see closeLate)", path, late, len(s.CloseLagNS), closeAgreement, allowed)
 	}
 }
 
