@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 // Ground truth at 3 s: the delays stay within [0, 3 s] plus a poll and the
 // slack (traefik.CheckGroundTruth cites Traefik's source) and spread over
 // it, so the largest of 8 exceeds 1 s — beyond anything the 500 ms cluster
-// of package traefik allows (traefik.Bound(500ms) = 750 ms) — except with
+// of package traefik allows (traefik.Bound(500ms) = 900 ms) — except with
 // probability about (1/3)^8 ≈ 1.5·10^-4.
 func TestGroundTruth3s(t *testing.T) {
 	if traefik.Bound(500*time.Millisecond) >= time.Second {
