@@ -118,11 +118,14 @@ check-fresh: cluster
 
 # fmt-check also holds every Go module tidy (go.mod says which imports are
 # direct, go.sum has what the build and tests need), so it cannot drift;
-# `go mod tidy` in the module named fixes it. About 6 s with a warm cache.
+# `go mod tidy` in the module named fixes it; and the modules bin/epwindow and
+# bin/epwindow-local share at one version (hack/check-shared-versions.sh).
+# About 8 s with a warm cache.
 GO_MODULES := . internal/localcluster deploy/local deploy/local/skipper-build deploy/local/traefik-build
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(GO_MODULES); do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod/go.sum of $$m not tidy: run go mod tidy there (cd $$m && $(GO) mod tidy -diff shows the change)"; exit 1; }; done
+	@GO=$(GO) hack/check-shared-versions.sh
 
 # vet builds with -race: it compiles every dependency to type-check, and
 # with the same flags as the unit and e2e tests those compiles are theirs

@@ -459,8 +459,34 @@ func TestVerify(t *testing.T) {
 		})
 		rep, stderr, code := run(t, "team-good", "--method", "POST", "--rate", "100", "--rollouts", "3",
 			"--check-port", "8080/healthz", "--ingress-class", e2etest.IngressClass)
-		if code != 0 {
-			t.Fatalf("exit %d, want 0; verdict %+v", code, rep.Verdict)
+		// The gate fails exactly when a request failed (--max-failures 0).
+		// The good Deployment's preStop covers the window measure would
+		// recommend for, not every window there can be: a deletion whose
+		// window outlasted goodPreStop (a stalled poll or API server on
+		// this 2-core machine) fails its requests after the app stopped
+		// listening, and verify is right to fail the gate then. So the
+		// test allows that in one of the six deletions, and only that: a
+		// failure verify attributes to anything but a shutdown after the
+		// preStop ended is one the preStop should have prevented, or one
+		// verify got wrong. One CI run saw one 503 in 1,853 requests.
+		failed, pods := 0, map[string]bool{}
+		for _, ro := range rep.Rollouts {
+			failed += ro.Outcomes.Failures()
+			for _, f := range ro.Failures {
+				pods[f.Pod] = true
+				t.Logf("rollout %d: %s failure, %s side, pod %s, %s after its deletion (%s)", ro.N, f.Kind, f.Side, f.Pod, time.Duration(f.SinceNS), f.Basis)
+				if f.Side != verify.SideShutdown || time.Duration(f.SinceNS) < goodPreStop {
+					t.Errorf("rollout %d: a %s failure %s after %s's deletion, %s side: not after the %s preStop ended", ro.N, f.Kind, time.Duration(f.SinceNS), f.Pod, f.Side, goodPreStop)
+				}
+			}
+		}
+		switch {
+		case failed == 0 && code != 0:
+			t.Fatalf("exit %d with no failed request, want 0; verdict %+v", code, rep.Verdict)
+		case failed > 0 && (code != 3 || len(rep.Verdict.Reasons) != 1):
+			t.Fatalf("exit %d with %d failed requests, want 3 for them alone; verdict %+v", code, failed, rep.Verdict)
+		case len(pods) > 1:
+			t.Errorf("failures after %d deletions, want at most one", len(pods))
 		}
 		if rep.SelfTest == nil || rep.SelfTest.Blind || rep.SelfTest.Outcomes.Failures() == 0 {
 			t.Errorf("self-test: %+v; want the broken canary to fail requests", rep.SelfTest)
@@ -472,7 +498,7 @@ func TestVerify(t *testing.T) {
 			t.Fatalf("%d rollouts, want 3", len(rep.Rollouts))
 		}
 		for _, ro := range rep.Rollouts {
-			if !ro.Complete || ro.Outcomes.Failures() != 0 || ro.Outcomes.OK == 0 {
+			if !ro.Complete || ro.Outcomes.OK == 0 {
 				t.Errorf("rollout %d: complete %v, %s", ro.N, ro.Complete, ro.Outcomes)
 			}
 			for _, p := range ro.Ports {
