@@ -38,8 +38,8 @@ image:
 # deploy/local/traefik-build/go.mod), both built unmodified, and the Gateway
 # API CRDs. Make relinks only when their sources change, and Go's build cache
 # keeps compiled packages, so a second `make cluster` takes seconds. A cold
-# build (about 20 min on 2 cores, and 8-10 more for Traefik; see
-# docs/local-cluster.md) lists packages as they compile. The version stamp keeps
+# build (about 10 min on 2 cores with `make demo`'s downloads, more for
+# Traefik; see docs/local-cluster.md) lists packages as they compile. The version stamp keeps
 # clients happy.
 #
 # All three are built as bin/epwindow is, and as Traefik's releases are:
@@ -71,11 +71,11 @@ cluster-skipper: $(BIN)/epwindow-local $(BIN)/skipper
 cluster: cluster-skipper $(BIN)/traefik $(BIN)/gateway-api-crds/.version
 
 $(BIN)/epwindow-local: $(LOCAL_SRC)
-	@echo "building $@ (first build: 11-20 min on 2 cores; compiled packages are listed)"
+	@echo "building $@ (first build: about 8 min on 2 cores, beside Skipper's; compiled packages are listed)"
 	cd deploy/local && CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags '$(LOCAL_LDFLAGS)' -o $(CURDIR)/$@ ./cmd/epwindow-local
 
 $(BIN)/skipper: deploy/local/skipper-build/go.mod deploy/local/skipper-build/go.sum
-	@echo "building $@ (Zalando Skipper; first build: ~3-5 min; compiled packages are listed)"
+	@echo "building $@ (Zalando Skipper; first build: ~3-5 min, or beside bin/epwindow-local; compiled packages are listed)"
 	cd deploy/local/skipper-build && CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags -w -o $(CURDIR)/$@ github.com/zalando/skipper/cmd/skipper
 
 # Its version is stamped as Traefik's release builds do (pkg/version), so

@@ -147,7 +147,6 @@ func Churn(t *testing.T, c kubernetes.Interface) (stop func()) {
 // of slack) was seen once in CI, 78 ms over.
 const slack = 300 * time.Millisecond
 
-
 // CheckGroundTruth checks upstream_removed − slice_not_ready through
 // Traefik's Ingress provider at providersThrottleDuration throttle, under
 // Churn.
