@@ -8,8 +8,12 @@ BIN      := bin
 
 .PHONY: build install deps check-fresh test fmt-check vet bench image demo
 
+# GOBUILD builds every binary the demo runs: one set of flags, so that Go's
+# build cache shares the packages they have in common (see K8S_VERSION).
+GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath
+
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/epwindow ./cmd/epwindow
+	$(GOBUILD) -ldflags '$(LDFLAGS)' -o $(BIN)/epwindow ./cmd/epwindow
 
 # install copies bin/epwindow to $(PREFIX)/bin and links kubectl-epwindow to
 # it there: kubectl runs any kubectl-NAME on the PATH as `kubectl NAME`, and
@@ -39,18 +43,19 @@ image:
 # API CRDs. Make relinks only when their sources change, and Go's build cache
 # keeps compiled packages, so a second `make cluster` takes seconds. A cold
 # build (about 10 min on 2 cores with `make demo`'s downloads, more for
-# Traefik; see docs/local-cluster.md) lists packages as they compile. The version stamp keeps
-# clients happy.
+# Traefik; see docs/local-cluster.md) lists packages as they compile. The
+# version stamp keeps clients happy.
 #
-# All three are built as bin/epwindow is, and as Traefik's releases are:
-# CGO_ENABLED=0 (none needs cgo: the node agent's netlink and namespaces are
-# syscalls; Skipper's Go plugins, which would, are not used) and -trimpath.
-# Go's build cache keys a package by its dependencies' outputs, and net
-# compiles differently with cgo, so with cgo on every package above net
-# (client-go, apimachinery, the API types, grpc: 560 of bin/epwindow's 960)
-# compiled once for bin/epwindow and again for bin/epwindow-local, and the
-# standard library once per binary. -w leaves out the DWARF tables (stack
-# traces keep file:line, from the pcln table) and that work off the links.
+# All three are built with GOBUILD, as bin/epwindow is and as Traefik's
+# releases are: CGO_ENABLED=0 (none needs cgo: the node agent's netlink and
+# namespaces are syscalls; Skipper's Go plugins, which would, are not used)
+# and -trimpath. Go's build cache keys a package by its dependencies'
+# outputs, and net compiles differently with cgo, so with cgo on every
+# package above net (client-go, apimachinery, the API types, grpc: 560 of
+# bin/epwindow's 960) compiled once for bin/epwindow and again for
+# bin/epwindow-local, and the standard library twice. -w leaves out the
+# DWARF tables (stack traces keep file:line, from the pcln table) and that
+# work off the links.
 K8S_VERSION   := v1.37.2
 LOCAL_LDFLAGS := -w -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
@@ -72,18 +77,18 @@ cluster: cluster-skipper $(BIN)/traefik $(BIN)/gateway-api-crds/.version
 
 $(BIN)/epwindow-local: $(LOCAL_SRC)
 	@echo "building $@ (first build: about 8 min on 2 cores, beside Skipper's; compiled packages are listed)"
-	cd deploy/local && CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags '$(LOCAL_LDFLAGS)' -o $(CURDIR)/$@ ./cmd/epwindow-local
+	cd deploy/local && $(GOBUILD) -v -ldflags '$(LOCAL_LDFLAGS)' -o $(CURDIR)/$@ ./cmd/epwindow-local
 
 $(BIN)/skipper: deploy/local/skipper-build/go.mod deploy/local/skipper-build/go.sum
 	@echo "building $@ (Zalando Skipper; first build: ~3-5 min, or beside bin/epwindow-local; compiled packages are listed)"
-	cd deploy/local/skipper-build && CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags -w -o $(CURDIR)/$@ github.com/zalando/skipper/cmd/skipper
+	cd deploy/local/skipper-build && $(GOBUILD) -v -ldflags -w -o $(CURDIR)/$@ github.com/zalando/skipper/cmd/skipper
 
 # Its version is stamped as Traefik's release builds do (pkg/version), so
 # the API's /api/version, which measure records, names the pinned release.
 $(BIN)/traefik: deploy/local/traefik-build/go.mod deploy/local/traefik-build/go.sum
 	@echo "building $@ (Traefik; first build: ~8-10 min on 2 cores; compiled packages are listed)"
 	cd deploy/local/traefik-build && v=$$($(GO) list -m -f '{{.Version}}' github.com/traefik/traefik/v3) && \
-		CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags "-w -X github.com/traefik/traefik/v3/pkg/version.Version=$$v" \
+		$(GOBUILD) -v -ldflags "-w -X github.com/traefik/traefik/v3/pkg/version.Version=$$v" \
 		-o $(CURDIR)/$@ github.com/traefik/traefik/v3/cmd/traefik
 
 # The Gateway API standard-channel CRDs, copied from the module cache of the
