@@ -64,8 +64,10 @@ const (
 func Graceful(how string) bool { return how == CloseWS || how == CloseGRPCStatus }
 
 // StreamEvent is one open, close or failed attempt of one stream slot. At
-// is stamped at the door: right after the library call that saw it
-// returned, before any lock or channel.
+// is stamped at the door: for a WebSocket, the kernel's receive time of the
+// data that carried the event (the 101, the close frame), or the return of
+// the read that saw an end without data (stampConn); for gRPC, right after
+// the library call that saw it returned, before any lock or channel.
 type StreamEvent struct {
 	Slot int `json:"slot"`
 	// Stream is the id the attempt sent to the probe (probe.HeaderStream):
@@ -155,9 +157,11 @@ type StreamHolder struct {
 	events  []StreamEvent
 	dropped int64
 
-	// door, set by benchmarks only, measures the WebSocket stamps' door
-	// delay (doorLog).
-	door *doorLog
+	// client opens WebSocket streams (newStampClient).
+	client *http.Client
+	// stamped, set by benchmarks only, is told each WebSocket open's and
+	// close's stamp and connection.
+	stamped func(open bool, at time.Time, sc *stampConn)
 }
 
 // NewStreamHolder checks cfg and builds a holder on clk.
@@ -175,7 +179,7 @@ func NewStreamHolder(cfg StreamConfig, clk clock.PassiveClock) (*StreamHolder, e
 		cfg.Reconnect.Policy = ReconnectGRPCDefault
 	}
 	u, _ := url.Parse(cfg.URL)
-	h := &StreamHolder{cfg: cfg, clk: clk, nonce: strconv.FormatUint(rand.Uint64()&0xffffff, 36)}
+	h := &StreamHolder{cfg: cfg, clk: clk, nonce: strconv.FormatUint(rand.Uint64()&0xffffff, 36), client: newStampClient(clk)}
 	if cfg.Protocol == ProtocolWebSocket {
 		scheme := "ws"
 		if u.Scheme == "https" {
@@ -219,19 +223,26 @@ func (h *StreamHolder) Events() ([]StreamEvent, int64) {
 	return append([]StreamEvent(nil), h.events...), h.dropped
 }
 
-func (h *StreamHolder) log(e StreamEvent) {
+// log appends *e to the event log.
+func (h *StreamHolder) log(e *StreamEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.events) >= h.cfg.MaxEvents {
 		h.dropped++
 		return
 	}
-	h.events = append(h.events, e)
+	h.events = append(h.events, *e)
 }
 
 // Run holds the streams until ctx ends, then closes them (a normal close
 // from the client) and returns nil.
 func (h *StreamHolder) Run(ctx context.Context) error {
+	if _, real := h.clk.(clock.RealClock); real && h.cfg.Protocol == ProtocolWebSocket {
+		// Without it the stamps fall back to the reads' returns.
+		if on, err := rxStampsOn(); err == nil {
+			defer on.Close()
+		}
+	}
 	var wg sync.WaitGroup
 	for slot := range h.cfg.Streams {
 		wg.Go(func() { h.slot(ctx, slot) })
@@ -285,64 +296,75 @@ func (h *StreamHolder) once(ctx context.Context, slot int, id string) bool {
 }
 
 func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int, id string) bool {
-	dctx, cancel := context.WithTimeout(ctx, h.cfg.DialTimeout)
-	opts := &websocket.DialOptions{HTTPHeader: http.Header{probe.HeaderStream: {id}}}
-	var door atomic.Pointer[doorConn]
-	if h.door != nil {
-		opts.HTTPClient = h.door.client
-		dctx = context.WithValue(dctx, doorKey{}, &door)
-	}
-	if h.cfg.Host != "" {
-		opts.Host = h.cfg.Host
-	}
-	c, resp, err := websocket.Dial(dctx, h.target, opts)
-	at := h.clk.Now()
-	cancel()
-	if err != nil {
-		kind := classify(err)
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			kind = statusKind(resp.StatusCode)
-		}
-		h.log(StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: kind, Code: -1, Detail: err.Error()})
+	c, sc, open := h.dialWebSocket(ctx, slot, id)
+	if c == nil {
 		return false
 	}
 	defer c.CloseNow()
-	var stamped func(time.Time)
-	if dc := door.Load(); h.door != nil && dc != nil {
-		h.door.add(true, at, dc)
-		stamped = func(at time.Time) { h.door.add(false, at, dc) }
-	}
-	pod := resp.Header.Get(probe.HeaderPod)
-	var server time.Time
-	if ns, err := strconv.ParseInt(resp.Header.Get(probe.HeaderTime), 10, 64); err == nil {
-		server = time.Unix(0, ns)
-	}
-	h.hold(ctx, StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1, ServerTime: server}, stamped, func() error {
+	h.hold(ctx, open, func() (time.Time, error) {
 		_, _, err := c.Read(ctx)
-		return err
+		now := h.clk.Now()
+		if err == nil || websocket.CloseStatus(err) >= 0 {
+			return sc.dataAt(now), err // a message or the close frame
+		}
+		return sc.endAt(now), err
 	}, func(err error) (string, int) {
 		if code := websocket.CloseStatus(err); code >= 0 {
 			return CloseWS, int(code)
 		}
 		return classify(err), -1
+	}, func(at time.Time) {
+		if h.stamped != nil {
+			h.stamped(false, at, sc)
+		}
 	})
 	return true
 }
 
-// hold logs the open of a stream, reads it with read until it fails, and
-// logs its close as ended says; a close by ctx (the holder stopping) is
-// not logged.
-//
-// stamped, if not nil, is told the close's stamp first (doorLog).
-func (h *StreamHolder) hold(ctx context.Context, open StreamEvent, stamped func(time.Time), read func() error, ended func(error) (string, int)) {
-	pod := open.Pod
+// dialWebSocket opens one WebSocket stream: its connection and open event,
+// or a nil connection when the attempt failed (logged).
+func (h *StreamHolder) dialWebSocket(ctx context.Context, slot int, id string) (*websocket.Conn, *stampConn, *StreamEvent) {
+	dctx, cancel := context.WithTimeout(ctx, h.cfg.DialTimeout)
+	defer cancel()
+	var conn atomic.Pointer[stampConn]
+	dctx = context.WithValue(dctx, stampKey{}, &conn)
+	opts := &websocket.DialOptions{HTTPHeader: http.Header{probe.HeaderStream: {id}}, HTTPClient: h.client}
+	if h.cfg.Host != "" {
+		opts.Host = h.cfg.Host
+	}
+	c, resp, err := websocket.Dial(dctx, h.target, opts)
+	now := h.clk.Now()
+	sc := conn.Load()
+	if err != nil {
+		kind, at := classify(err), now
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			kind, at = statusKind(resp.StatusCode), sc.dataAt(now)
+		}
+		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: kind, Code: -1, Detail: err.Error()})
+		return nil, nil, nil
+	}
+	at := sc.dataAt(now) // the 101's arrival
+	if h.stamped != nil {
+		h.stamped(true, at, sc)
+	}
+	open := &StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: resp.Header.Get(probe.HeaderPod), Code: -1}
+	if ns, err := strconv.ParseInt(resp.Header.Get(probe.HeaderTime), 10, 64); err == nil {
+		open.ServerTime = time.Unix(0, ns)
+	}
+	return c, sc, open
+}
+
+// hold logs the open of a stream, reads it with read (which returns each
+// message's or the end's stamp) until it fails, and logs its close as
+// ended says; a close by ctx (the holder stopping) is not logged. closed,
+// if not nil, is told the close's stamp first.
+func (h *StreamHolder) hold(ctx context.Context, open *StreamEvent, read func() (time.Time, error), ended func(error) (string, int), closed func(time.Time)) {
 	h.open.Add(1)
 	h.log(open)
 	var n int64
 	var last time.Time
 	for {
-		err := read()
-		at := h.clk.Now()
+		at, err := read()
 		if err == nil {
 			n++
 			last = at
@@ -353,14 +375,20 @@ func (h *StreamHolder) hold(ctx context.Context, open StreamEvent, stamped func(
 		if ctx.Err() != nil {
 			return
 		}
-		if stamped != nil {
-			stamped(at)
+		if closed != nil {
+			closed(at)
 		}
-		how, code := ended(err)
-		h.log(StreamEvent{Slot: open.Slot, Stream: open.Stream, Kind: EventClose, At: at, Pod: pod, How: how, Code: code,
-			Messages: n, LastMessage: last, Detail: err.Error()})
+		h.logClose(open, at, n, last, err, ended)
 		return
 	}
+}
+
+// logClose logs the close at at of the stream opened by open, after n
+// messages, the last at last.
+func (h *StreamHolder) logClose(open *StreamEvent, at time.Time, n int64, last time.Time, err error, ended func(error) (string, int)) {
+	how, code := ended(err)
+	h.log(&StreamEvent{Slot: open.Slot, Stream: open.Stream, Kind: EventClose, At: at, Pod: open.Pod, How: how, Code: code,
+		Messages: n, LastMessage: last, Detail: err.Error()})
 }
 
 func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
@@ -379,7 +407,7 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 	}
 	cc, err := grpc.NewClient("passthrough:///"+h.target, opts...)
 	if err != nil {
-		h.log(StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: h.clk.Now(), How: KindOther, Code: -1, Detail: err.Error()})
+		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: h.clk.Now(), How: KindOther, Code: -1, Detail: err.Error()})
 		return false
 	}
 	defer cc.Close()
@@ -398,7 +426,7 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 	at := h.clk.Now()
 	dcancel()
 	if err != nil {
-		h.log(StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
+		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
 		return false
 	}
 	pod := ""
@@ -409,12 +437,15 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 		// Header returns no error for a trailers-only or non-gRPC
 		// response); the first receive says what it was.
 		if err := st.RecvMsg(new(wrapperspb.StringValue)); err != nil {
-			h.log(StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
+			h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
 			return false
 		}
 	}
 	m := new(wrapperspb.StringValue)
-	h.hold(ctx, StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1}, nil, func() error { return st.RecvMsg(m) }, grpcCloseKind)
+	h.hold(ctx, &StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1}, func() (time.Time, error) {
+		err := st.RecvMsg(m)
+		return h.clk.Now(), err
+	}, grpcCloseKind, nil)
 	return true
 }
 
