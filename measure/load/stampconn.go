@@ -5,8 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
-	"os"
+		"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,9 +29,9 @@ import (
 // saw it returned, before the library's own close and write (a close frame
 // in reply, the socket's close), which can wait for the scheduler.
 //
-// One goroutine reads a connection at a time (net/http's readLoop up to
-// the 101, then the holder's reader), so the buffer for the control
-// message is the connection's own.
+// One goroutine reads a connection at a time (the dialer up to the 101,
+// then the holder's reader), so the buffer for the control message is the
+// connection's own.
 type stampConn struct {
 	net.Conn
 	rc  syscall.RawConn // nil: plain reads, stamped as they return
@@ -46,20 +45,9 @@ type stampConn struct {
 }
 
 // stampKey carries an attempt's *atomic.Pointer[stampConn] in its dial
-// context: http.Transport hands the request's context (values kept) to
-// DialContext (net/http transport.go, dialConnFor).
+// context: gorilla/websocket's Dialer.DialContext hands its context to
+// NetDialContext (client.go).
 type stampKey struct{}
-
-// newStampClient is the HTTP client a holder opens WebSocket streams with:
-// http.DefaultTransport's settings (proxy, TLS, timeouts), each attempt on
-// a connection of its own (as a reconnecting client's is) wrapped in a
-// stampConn.
-func newStampClient(clk clock.PassiveClock) *http.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = stampDialer(clk)
-	tr.DisableKeepAlives = true
-	return &http.Client{Transport: tr}
-}
 
 // stampDialer dials TCP connections wrapped in a stampConn and tells the
 // dial context's stampKey pointer, if any, which. Kernel timestamps are on

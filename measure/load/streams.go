@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -157,8 +157,8 @@ type StreamHolder struct {
 	events  []StreamEvent
 	dropped int64
 
-	// client opens WebSocket streams (newStampClient).
-	client *http.Client
+	// dialer opens WebSocket streams (newWebSocketDialer).
+	dialer *websocket.Dialer
 	// stamped, set by benchmarks only, is told each WebSocket open's and
 	// close's stamp and connection.
 	stamped func(open bool, at time.Time, sc *stampConn)
@@ -179,7 +179,7 @@ func NewStreamHolder(cfg StreamConfig, clk clock.PassiveClock) (*StreamHolder, e
 		cfg.Reconnect.Policy = ReconnectGRPCDefault
 	}
 	u, _ := url.Parse(cfg.URL)
-	h := &StreamHolder{cfg: cfg, clk: clk, nonce: strconv.FormatUint(rand.Uint64()&0xffffff, 36), client: newStampClient(clk)}
+	h := &StreamHolder{cfg: cfg, clk: clk, nonce: strconv.FormatUint(rand.Uint64()&0xffffff, 36), dialer: newWebSocketDialer(clk)}
 	if cfg.Protocol == ProtocolWebSocket {
 		scheme := "ws"
 		if u.Scheme == "https" {
@@ -300,17 +300,20 @@ func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int, id string) b
 	if c == nil {
 		return false
 	}
-	defer c.CloseNow()
+	defer c.Close()
+	// gorilla/websocket reads take no context: the holder's end closes
+	// the connection under the read.
+	defer context.AfterFunc(ctx, func() { c.Close() })()
 	h.hold(ctx, open, func() (time.Time, error) {
-		_, _, err := c.Read(ctx)
+		_, _, err := c.ReadMessage()
 		now := h.clk.Now()
-		if err == nil || websocket.CloseStatus(err) >= 0 {
+		if _, graceful := wsCloseCode(err); err == nil || graceful {
 			return sc.dataAt(now), err // a message or the close frame
 		}
 		return sc.endAt(now), err
 	}, func(err error) (string, int) {
-		if code := websocket.CloseStatus(err); code >= 0 {
-			return CloseWS, int(code)
+		if code, graceful := wsCloseCode(err); graceful {
+			return CloseWS, code
 		}
 		return classify(err), -1
 	}, func(at time.Time) {
@@ -321,6 +324,18 @@ func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int, id string) b
 	return true
 }
 
+// wsCloseCode is the code of the close frame a WebSocket read ended with,
+// if it ended with one. gorilla/websocket reports an EOF without a close
+// frame as a close with code 1006, which RFC 6455 (7.4.1) forbids on the
+// wire: that is an abrupt end, and classify sees its io.ErrUnexpectedEOF.
+func wsCloseCode(err error) (int, bool) {
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code == websocket.CloseAbnormalClosure {
+		return -1, false
+	}
+	return ce.Code, true
+}
+
 // dialWebSocket opens one WebSocket stream: its connection and open event,
 // or a nil connection when the attempt failed (logged).
 func (h *StreamHolder) dialWebSocket(ctx context.Context, slot int, id string) (*websocket.Conn, *stampConn, *StreamEvent) {
@@ -328,11 +343,11 @@ func (h *StreamHolder) dialWebSocket(ctx context.Context, slot int, id string) (
 	defer cancel()
 	var conn atomic.Pointer[stampConn]
 	dctx = context.WithValue(dctx, stampKey{}, &conn)
-	opts := &websocket.DialOptions{HTTPHeader: http.Header{probe.HeaderStream: {id}}, HTTPClient: h.client}
+	header := http.Header{probe.HeaderStream: {id}}
 	if h.cfg.Host != "" {
-		opts.Host = h.cfg.Host
+		header.Set("Host", h.cfg.Host) // gorilla/websocket's Host override (client.go)
 	}
-	c, resp, err := websocket.Dial(dctx, h.target, opts)
+	c, resp, err := h.dialer.DialContext(dctx, h.target, header)
 	now := h.clk.Now()
 	sc := conn.Load()
 	if err != nil {
@@ -352,6 +367,24 @@ func (h *StreamHolder) dialWebSocket(ctx context.Context, slot int, id string) (
 		open.ServerTime = time.Unix(0, ns)
 	}
 	return c, sc, open
+}
+
+// newWebSocketDialer is the dialer a holder opens WebSocket streams with:
+// the default dialer's proxy, each attempt on a connection of its own
+// wrapped in a stampConn, and small buffers. A stream carries a short
+// message every few seconds, and 10,000 of them each holding 4 KiB read and
+// write buffers (the size most libraries fix) would be 80 MB of the
+// holder's memory. Reads go through a 512-byte buffer, and writes (only the
+// reply to a close frame, which gorilla/websocket's WriteControl frames
+// in a buffer of its own) borrow one from a pool.
+func newWebSocketDialer(clk clock.PassiveClock) *websocket.Dialer {
+	return &websocket.Dialer{
+		NetDialContext:  stampDialer(clk),
+		Proxy:           http.ProxyFromEnvironment,
+		ReadBufferSize:  512,
+		WriteBufferSize: 512,
+		WriteBufferPool: &sync.Pool{},
+	}
 }
 
 // hold logs the open of a stream, reads it with read (which returns each
