@@ -5,7 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
-		"os"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
