@@ -38,7 +38,7 @@ echo "  goal p99 < 1 ms: opens $(goal "$(metric door-open-p99-ns)"), graceful cl
 echo "what the kernel's receive stamps save: how late a stamp taken after the library call would have been"
 row "open" late-open
 row "graceful close" late-close
-row "abrupt end (stamped at the read)" late-end
+row "abrupt end" late-end
 echo "for scale, the handshake (stamp − the probe's clock at its 101):"
 row "handshake" handshake
 printf 'client RSS %s MiB with every stream open (stacks %s MiB, heap %s MiB), peak %s MiB  (goal ≤ 300 MB = 286 MiB: %s)\n' \

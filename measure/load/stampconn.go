@@ -38,10 +38,22 @@ type stampConn struct {
 	clk clock.PassiveClock
 	oob [64]byte
 
-	// data is the arrival of the last read's data, end the return of the
-	// first read that ended the stream (EOF or error): nanoseconds since
-	// the epoch, zero when not yet.
+	// data is the arrival of the last read's data; end the first sign of
+	// the stream's end: the end door's wake-up on the peer's FIN or reset,
+	// or the return of a read that failed (EOF or error). Nanoseconds
+	// since the epoch, zero when not yet.
 	data, end atomic.Int64
+
+	door   *endDoor // nil: no door
+	doorID uint64
+}
+
+// Close takes the connection out of its end door, then closes it.
+func (c *stampConn) Close() error {
+	if c.door != nil {
+		c.door.forget(c.doorID)
+	}
+	return c.Conn.Close()
 }
 
 // stampKey carries an attempt's *atomic.Pointer[stampConn] in its dial
@@ -49,10 +61,11 @@ type stampConn struct {
 // NetDialContext (client.go).
 type stampKey struct{}
 
-// stampDialer dials TCP connections wrapped in a stampConn and tells the
-// dial context's stampKey pointer, if any, which. Kernel timestamps are on
-// the wall clock, so they are asked for only when clk is the real clock.
-func stampDialer(clk clock.PassiveClock) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// stampDialer dials TCP connections wrapped in a stampConn, adds each to
+// the end door door() returns if not nil, and tells the dial context's
+// stampKey pointer, if any, which. Kernel timestamps are on the wall
+// clock, so they are asked for only when clk is the real clock.
+func stampDialer(clk clock.PassiveClock, door func() *endDoor) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	_, kernel := clk.(clock.RealClock)
 	var dialer net.Dialer
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -64,6 +77,13 @@ func stampDialer(clk clock.PassiveClock) func(ctx context.Context, network, addr
 		if tc, ok := c.(*net.TCPConn); ok && kernel {
 			if rc, err := tc.SyscallConn(); err == nil && enableRxStamps(rc) {
 				sc.rc = rc
+			}
+		}
+		if tc, ok := c.(*net.TCPConn); ok && door != nil {
+			if d := door(); d != nil {
+				if rc, err := tc.SyscallConn(); err == nil {
+					d.watch(sc, rc)
+				}
 			}
 		}
 		if p, ok := ctx.Value(stampKey{}).(*atomic.Pointer[stampConn]); ok {
@@ -165,41 +185,50 @@ func stampOr(ns *atomic.Int64, fallback time.Time) time.Time {
 // some socket asks for stamps, and switches that on a moment after the
 // first one asks (net/core/dev.c net_enable_timestamp defers it to a work
 // item): a stream opened in that moment would have its 101 stamped at the
-// read instead. This holds a UDP socket on 127.0.0.1 that asks, and waits
-// (at most a second) until a datagram it sends itself comes back stamped.
+// read instead. This holds a loopback TCP connection that asks, and waits
+// (at most a second) until a byte sent over it comes back stamped. (A
+// datagram would not tell: the kernel stamps one at the read if it arrived
+// unstamped, net/socket.c __sock_recv_timestamp; TCP hands over only the
+// stack's stamp.)
 func rxStampsOn() (io.Closer, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, os.NewSyscallError("socket", err)
+		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), "rx-stamps")
-	fail := func(call string, err error) (io.Closer, error) {
-		f.Close()
-		return nil, os.NewSyscallError(call, err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
-		return fail("setsockopt SO_TIMESTAMPNS", err)
-	}
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 10000}); err != nil {
-		return fail("setsockopt SO_RCVTIMEO", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		return fail("bind", err)
-	}
-	self, err := unix.Getsockname(fd)
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
-		return fail("getsockname", err)
+		return nil, err
+	}
+	srv, err := ln.Accept()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	defer srv.Close()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil || !enableRxStamps(rc) {
+		c.Close()
+		return nil, errors.New("SO_TIMESTAMPNS refused on a loopback TCP socket")
 	}
 	buf, oob := make([]byte, 1), make([]byte, 64)
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if err := unix.Sendto(fd, buf, 0, self); err != nil {
-			return fail("sendto", err)
+		if _, err := srv.Write(buf); err != nil {
+			break
 		}
-		_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
-		if err == nil && rxStamp(oob[:oobn]) > 0 {
-			return f, nil
+		var oobn int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			_, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, 0)
+			return rerr != unix.EAGAIN
+		})
+		if err != nil || rerr != nil {
+			break
+		}
+		if rxStamp(oob[:oobn]) > 0 {
+			return c, nil
 		}
 	}
-	f.Close()
-	return nil, errors.New("the kernel did not timestamp a loopback datagram within a second")
+	c.Close()
+	return nil, errors.New("the kernel did not timestamp loopback TCP data within a second")
 }

@@ -31,7 +31,7 @@ func stampPair(t *testing.T, clk clock.PassiveClock) (*stampConn, net.Conn) {
 	}
 	defer ln.Close()
 	var p atomic.Pointer[stampConn]
-	c, err := stampDialer(clk)(context.WithValue(context.Background(), stampKey{}, &p), "tcp", ln.Addr().String())
+	c, err := stampDialer(clk, nil)(context.WithValue(context.Background(), stampKey{}, &p), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,4 +140,81 @@ func TestStampConnFakeClock(t *testing.T) {
 	if at := sc.endAt(time.Unix(1, 0)); !at.Equal(time.Unix(1, 0)) {
 		t.Errorf("no end yet, stamped %s, want the fallback", at)
 	}
+}
+
+// A peer's FIN or reset carries no data, so the kernel gives the reader no
+// stamp for it; the end door stamps it as it arrives, while nobody reads.
+// The client reads 50 ms after the end: a stamp in the first half of that
+// is the door's (its goroutine waits only for a processor), not the read's.
+func TestEndDoorStampsFINAndReset(t *testing.T) {
+	for _, reset := range []bool{false, true} {
+		name := "fin"
+		if reset {
+			name = "reset"
+		}
+		t.Run(name, func(t *testing.T) {
+			d, ln := doorAndListener(t)
+			c, err := stampDialer(clock.RealClock{}, func() *endDoor { return d })(context.Background(), "tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			sc := c.(*stampConn)
+			if sc.door != d {
+				t.Fatal("the connection is not in the door")
+			}
+			srv, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reset {
+				srv.(*net.TCPConn).SetLinger(0) // close sends RST
+			}
+			closed := time.Now()
+			srv.Close()
+			time.Sleep(50 * time.Millisecond)
+			_, err = sc.Read(make([]byte, 4))
+			if err == nil {
+				t.Fatal("read after the peer's end: no error")
+			}
+			at := sc.endAt(time.Time{})
+			if at.Before(closed) || at.Sub(closed) > 25*time.Millisecond {
+				t.Errorf("end stamped %s after the peer's close, want by the door within 25 ms (the read came at 50 ms; %v)", at.Sub(closed), err)
+			}
+		})
+	}
+}
+
+// A connection closed by its own side leaves the door's map.
+func TestEndDoorForgetsClosed(t *testing.T) {
+	d, ln := doorAndListener(t)
+	for range 3 {
+		c, err := stampDialer(clock.RealClock{}, func() *endDoor { return d })(context.Background(), "tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.conns) != 0 {
+		t.Errorf("%d connections left in the door after their close", len(d.conns))
+	}
+}
+
+// doorAndListener starts an end door and a loopback listener, both closed
+// when t ends.
+func doorAndListener(t *testing.T) (*endDoor, net.Listener) {
+	t.Helper()
+	d, err := newEndDoor(clock.RealClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return d, ln
 }

@@ -157,8 +157,10 @@ type StreamHolder struct {
 	events  []StreamEvent
 	dropped int64
 
-	// dialer opens WebSocket streams (newWebSocketDialer).
-	dialer *websocket.Dialer
+	// dialer opens WebSocket streams (newWebSocketDialer); Run starts
+	// endDoor before any stream opens.
+	dialer  *websocket.Dialer
+	endDoor *endDoor
 	// stamped, set by benchmarks only, is told each WebSocket open's and
 	// close's stamp and connection.
 	stamped func(open bool, at time.Time, sc *stampConn)
@@ -179,7 +181,8 @@ func NewStreamHolder(cfg StreamConfig, clk clock.PassiveClock) (*StreamHolder, e
 		cfg.Reconnect.Policy = ReconnectGRPCDefault
 	}
 	u, _ := url.Parse(cfg.URL)
-	h := &StreamHolder{cfg: cfg, clk: clk, nonce: strconv.FormatUint(rand.Uint64()&0xffffff, 36), dialer: newWebSocketDialer(clk)}
+	h := &StreamHolder{cfg: cfg, clk: clk, nonce: strconv.FormatUint(rand.Uint64()&0xffffff, 36)}
+	h.dialer = newWebSocketDialer(clk, func() *endDoor { return h.endDoor })
 	if cfg.Protocol == ProtocolWebSocket {
 		scheme := "ws"
 		if u.Scheme == "https" {
@@ -241,6 +244,12 @@ func (h *StreamHolder) Run(ctx context.Context) error {
 		// Without it the stamps fall back to the reads' returns.
 		if on, err := rxStampsOn(); err == nil {
 			defer on.Close()
+		}
+		// Without it an end without data is stamped by the read that
+		// saw it.
+		if d, err := newEndDoor(h.clk); err == nil {
+			h.endDoor = d
+			defer d.Close()
 		}
 	}
 	var wg sync.WaitGroup
@@ -377,9 +386,9 @@ func (h *StreamHolder) dialWebSocket(ctx context.Context, slot int, id string) (
 // holder's memory. Reads go through a 512-byte buffer, and writes (only the
 // reply to a close frame, which gorilla/websocket's WriteControl frames
 // in a buffer of its own) borrow one from a pool.
-func newWebSocketDialer(clk clock.PassiveClock) *websocket.Dialer {
+func newWebSocketDialer(clk clock.PassiveClock, door func() *endDoor) *websocket.Dialer {
 	return &websocket.Dialer{
-		NetDialContext:  stampDialer(clk),
+		NetDialContext:  stampDialer(clk, door),
 		Proxy:           http.ProxyFromEnvironment,
 		ReadBufferSize:  512,
 		WriteBufferSize: 512,
