@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -64,10 +65,10 @@ const (
 func Graceful(how string) bool { return how == CloseWS || how == CloseGRPCStatus }
 
 // StreamEvent is one open, close or failed attempt of one stream slot. At
-// is stamped at the door: for a WebSocket, the kernel's receive time of the
-// data that carried the event (the 101, the close frame), or the return of
-// the read that saw an end without data (stampConn); for gRPC, right after
-// the library call that saw it returned, before any lock or channel.
+// is stamped at the door: the kernel's receive time of the data that
+// carried the event (a WebSocket's 101 or close frame; for gRPC, whose
+// reader runs ahead, the last data read by then), or for an end without
+// data (a FIN, a reset) the end door's wake-up (stampConn, endDoor).
 type StreamEvent struct {
 	Slot int `json:"slot"`
 	// Stream is the id the attempt sent to the probe (probe.HeaderStream):
@@ -240,7 +241,7 @@ func (h *StreamHolder) log(e *StreamEvent) {
 // Run holds the streams until ctx ends, then closes them (a normal close
 // from the client) and returns nil.
 func (h *StreamHolder) Run(ctx context.Context) error {
-	if _, real := h.clk.(clock.RealClock); real && h.cfg.Protocol == ProtocolWebSocket {
+	if _, real := h.clk.(clock.RealClock); real {
 		// Without it the stamps fall back to the reads' returns.
 		if on, err := rxStampsOn(); err == nil {
 			defer on.Close()
@@ -447,6 +448,20 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 	if h.cfg.Host != "" {
 		opts = append(opts, grpc.WithAuthority(h.cfg.Host))
 	}
+	// The connection is a stampConn, as a WebSocket's is: grpc-go reads it
+	// in a goroutine of its own (http2Client.reader), so the last data
+	// read when a call returns may be later than the frame it returned,
+	// but never earlier, and never later than the return.
+	var conn atomic.Pointer[stampConn]
+	dial := stampDialer(h.clk, func() *endDoor { return h.endDoor })
+	opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := dial(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		conn.Store(c.(*stampConn))
+		return c, nil
+	}))
 	cc, err := grpc.NewClient("passthrough:///"+h.target, opts...)
 	if err != nil {
 		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: h.clk.Now(), How: KindOther, Code: -1, Detail: err.Error()})
@@ -465,12 +480,13 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 			}
 		}
 	}
-	at := h.clk.Now()
+	now := h.clk.Now()
 	dcancel()
 	if err != nil {
-		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
+		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: now, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
 		return false
 	}
+	at := conn.Load().dataAt(now) // the headers' arrival, or later
 	pod := ""
 	if v := md.Get(probe.GRPCHeaderPod); len(v) > 0 {
 		pod = v[0]
@@ -486,7 +502,14 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 	m := new(wrapperspb.StringValue)
 	h.hold(ctx, &StreamEvent{Slot: slot, Stream: id, Kind: EventOpen, At: at, Pod: pod, Code: -1}, func() (time.Time, error) {
 		err := st.RecvMsg(m)
-		return h.clk.Now(), err
+		now, sc := h.clk.Now(), conn.Load()
+		if err == nil {
+			return sc.dataAt(now), nil // a message
+		}
+		if how, _ := grpcCloseKind(err); Graceful(how) {
+			return sc.dataAt(now), err // the status
+		}
+		return sc.endAt(now), err
 	}, grpcCloseKind, nil)
 	return true
 }
