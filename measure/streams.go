@@ -107,6 +107,38 @@ func (r *runner) startStreams(ctx context.Context, run func(func() error)) error
 	return nil
 }
 
+// herdSettle is how long past the reconnect policy's first wait a trial
+// waits for its streams to re-open: a few failed attempts (grpc-default
+// waits 1 s after the first failure, then 1.6 s).
+const herdSettle = 3 * time.Second
+
+// awaitReopens waits, from the trial's end, until the tool's streams are
+// all open again, or for at most the policy's longest first wait plus
+// herdSettle, and returns when it stopped: the end of the trial's stream
+// observation. Streams that end with the pod's exit (--stream-drain none
+// or goaway) re-open after the trial's other stages are complete, and
+// their herd would otherwise fall outside the record.
+func (r *runner) awaitReopens(ctx context.Context, end time.Time) time.Time {
+	o := r.cfg.Streams
+	if r.streams == nil || o.N == 0 || r.streams.Open() >= int64(o.N) {
+		return end
+	}
+	limit := r.cfg.Clock.NewTimer(o.Reconnect.Wait(0, 1) + herdSettle)
+	defer limit.Stop()
+	tick := r.cfg.Clock.NewTicker(steadyPoll)
+	defer tick.Stop()
+	for r.streams.Open() < int64(o.N) {
+		select {
+		case <-ctx.Done():
+			return r.cfg.Clock.Now()
+		case <-limit.C():
+			return r.cfg.Clock.Now()
+		case <-tick.C():
+		}
+	}
+	return r.cfg.Clock.Now()
+}
+
 // streamsNotOpen explains why the streams did not all open in time.
 func (r *runner) streamsNotOpen(h *load.StreamHolder) error {
 	ev, _ := h.Events()

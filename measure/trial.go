@@ -217,6 +217,10 @@ wait:
 	if ps, ok := r.gen.Pod(in.pod); ok {
 		in.clientLast, in.clientOK = ps, true
 	}
+	// Streams that ended with the pod (none, goaway) re-open after it is
+	// gone: the herd is observed until they are back (awaitReopens),
+	// before the runners are read.
+	streamsEnd := r.awaitReopens(ctx, end)
 	// The runners' last word on the pod, and a fresh look at their clocks.
 	for _, st := range in.runners {
 		r.readRunner(ctx, st, runnerClockSamples)
@@ -244,8 +248,8 @@ wait:
 	}
 	rec := buildRecord(in)
 	streams := streamLog(in.timeline, tl)
-	rec.Streams = r.streamRecord(rec, streams, end)
-	rec.ClusterStreams = r.clusterStreamRecord(rec, streams, in.runners, end)
+	rec.Streams = r.streamRecord(rec, streams, streamsEnd)
+	rec.ClusterStreams = r.clusterStreamRecord(rec, streams, in.runners, streamsEnd)
 	r.recordStartup(ctx, rec, in.replacement, in.t0, end)
 	if cfg.StopOnBlindObserver {
 		for _, rm := range in.removals {

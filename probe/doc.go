@@ -3,7 +3,8 @@
 // and request that reached it.
 //
 // It answers every traffic request with 200, its pod name, and its own wall
-// clock (X-Epwindow-Pod, X-Epwindow-Time), and records accepts and requests in
+// clock in the body (AppendTrafficBody; its control endpoints carry them as
+// X-Epwindow-Pod and X-Epwindow-Time), and records accepts and requests in
 // bounded memory (counters and first/last instants, per peer IP up to a cap;
 // nothing grows per request or per connection). Control endpoints — /healthz,
 // /timeline, /clock, /prestop, /release — are counted apart from traffic. On

@@ -30,11 +30,13 @@ const (
 
 // Response headers on every response.
 const (
-	// HeaderPod names the pod that answered (--pod-name).
+	// HeaderPod names the pod that answered (--pod-name), on the probe's
+	// control endpoints and a WebSocket's 101; traffic replies say it in
+	// the body (AppendTrafficBody).
 	HeaderPod = "X-Epwindow-Pod"
 	// HeaderTime is the probe's wall clock (plus --clock-offset) in unix ns,
-	// taken as late as possible before the response is written; the load
-	// generator estimates clock skew from it.
+	// taken as late as possible before the response is written, where
+	// HeaderPod is.
 	HeaderTime = "X-Epwindow-Time"
 )
 
@@ -197,7 +199,6 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 		rec:      NewRecorder(clk, cfg.PodName, cfg.ClockOffset, cfg.MaxPeers),
 		log:      log,
 		podValue: []string{cfg.PodName},
-		podBody:  []byte(cfg.PodName + "\n"),
 		released: make(chan struct{}),
 	}
 	p.streams = newStreamHub(cfg, clk, p.rec)
@@ -341,7 +342,6 @@ type server struct {
 	streams     *streamHub
 	log         *slog.Logger
 	podValue    []string // shared header value; net/http never mutates it
-	podBody     []byte
 	terminating atomic.Bool
 
 	releaseOnce sync.Once
@@ -503,7 +503,7 @@ func (p *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// estimate (DESIGN "Clock skew"), and a second clock read per
 		// request was a measurable share of the probe's cost (make bench).
 		at := p.rec.Request(c, true)
-		p.replyAt(w, http.StatusOK, textPlain, p.podBody, at)
+		p.replyTraffic(w, at)
 	}
 }
 
@@ -564,6 +564,16 @@ func (p *server) replyAt(w http.ResponseWriter, code int, contentType []string, 
 	h[HeaderTime] = []string{string(strconv.AppendInt(buf[:0], at.UnixNano(), 10))}
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
+}
+
+// replyTraffic answers a traffic request with its stamps in the body
+// (TrafficBody): no header of the probe's own, so that net/http neither
+// copies the handler's header map (Header.Clone in WriteHeader, done
+// whenever a handler touched w.Header()) nor sorts and writes more lines,
+// which were most of the probe's own cost per request (make bench).
+func (p *server) replyTraffic(w http.ResponseWriter, at time.Time) {
+	var buf [32 + maxPodName]byte
+	_, _ = w.Write(AppendTrafficBody(buf[:0], p.cfg.PodName, at))
 }
 
 // getOrHead answers 405 to anything but GET and HEAD.

@@ -192,15 +192,30 @@ func TestServeResponses(t *testing.T) {
 	p := serveInProcess(t, Config{Hold: time.Minute, ClockOffset: off, PodName: "pod-a"})
 	wantNS := t0.Add(off).UnixNano()
 
+	// Traffic: the name and the clock in the body, and no header of the
+	// probe's own (replyTraffic).
 	resp, body := p.do(t, http.MethodGet, "/any/path?x=1")
-	if resp.StatusCode != http.StatusOK || body != "pod-a\n" {
-		t.Errorf("GET /any/path = %d %q, want 200 \"pod-a\\n\"", resp.StatusCode, body)
+	want := "pod=pod-a time=" + strconv.FormatInt(wantNS, 10) + "\n"
+	if resp.StatusCode != http.StatusOK || body != want {
+		t.Errorf("GET /any/path = %d %q, want 200 %q (the fake clock plus the offset)", resp.StatusCode, body, want)
+	}
+	if pod, ns, ok := ParseTrafficBody([]byte(body)); !ok || string(pod) != "pod-a" || ns != wantNS {
+		t.Errorf("ParseTrafficBody(%q) = %q, %d, %t", body, pod, ns, ok)
+	}
+	if got := resp.Header.Get(HeaderPod) + resp.Header.Get(HeaderTime); got != "" {
+		t.Errorf("traffic reply carries the probe's headers (%q): net/http then copies the header map", got)
+	}
+	// The probe's own endpoints keep the headers (the health check below
+	// is one).
+	resp, _ = p.do(t, http.MethodGet, PathHealthz)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s = %d", PathHealthz, resp.StatusCode)
 	}
 	if got := resp.Header.Get(HeaderPod); got != "pod-a" {
-		t.Errorf("%s = %q", HeaderPod, got)
+		t.Errorf("%s on %s = %q", HeaderPod, PathHealthz, got)
 	}
 	if got := resp.Header.Get(HeaderTime); got != strconv.FormatInt(wantNS, 10) {
-		t.Errorf("%s = %s, want the fake clock plus the offset, %d", HeaderTime, got, wantNS)
+		t.Errorf("%s on %s = %s, want the fake clock plus the offset, %d", HeaderTime, PathHealthz, got, wantNS)
 	}
 
 	var clk struct {
@@ -214,7 +229,6 @@ func TestServeResponses(t *testing.T) {
 		t.Errorf("/clock = %+v, want %s", clk, t0.Add(off))
 	}
 
-	p.expect(t, http.MethodGet, PathHealthz, 200)
 	resp, _ = p.do(t, http.MethodGet, PathRelease)
 	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != http.MethodPost {
 		t.Errorf("GET /release = %d Allow %q, want 405 Allow POST", resp.StatusCode, resp.Header.Get("Allow"))
@@ -258,7 +272,7 @@ func TestServeHoldUntilRelease(t *testing.T) {
 	// New connections are still accepted and served.
 	p.client.CloseIdleConnections()
 	p.clk.SetTime(at(2 * time.Second))
-	if body := p.expect(t, http.MethodGet, "/after", 200); body != "pod-a\n" {
+	if body := p.expect(t, http.MethodGet, "/after", 200); !strings.HasPrefix(body, "pod=pod-a time=") {
 		t.Errorf("body = %q", body)
 	}
 	if !p.running() {

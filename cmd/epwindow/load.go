@@ -43,7 +43,7 @@ time; at most %s ahead), then idles: /stats keeps its figures, /healthz answers 
 it exits 0 only when stopped (SIGTERM or Ctrl-C), so a pod's container is not restarted.
 
 Serves on --stats-listen:
-   GET /stats    JSON: per probe pod (X-Epwindow-Pod) the first and last response on this
+   GET /stats    JSON: per probe pod the first and last response on this
                  process's clock and the probe clock's offset against it; failures by kind
                  since the start; totals; and this process's clock as it answered
    GET /clock    {"time": ..., "unix_ns": ...}, like the probe's

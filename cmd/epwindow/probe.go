@@ -43,12 +43,13 @@ func probeCommand() *cli.Command {
 
    # Try it locally:
    epwindow probe --listen 127.0.0.1:8080 --pod-name demo --termination-log /tmp/demo.json &
-   curl -i 127.0.0.1:8080/                    # 200, X-Epwindow-Pod and X-Epwindow-Time headers
+   curl -i 127.0.0.1:8080/                    # 200, body "pod=demo time=<unix ns>"
    kill -TERM %1                              # keeps serving; /healthz now answers 503
    curl -s 127.0.0.1:8080/timeline            # the record so far, JSON
    curl -X POST 127.0.0.1:8080/release        # ends the hold: drain, write /tmp/demo.json, exit 0`,
-		Description: `The probe answers every request with 200, its pod name, and its wall clock in
-unix ns (headers X-Epwindow-Pod, X-Epwindow-Time), and records accepts and
+		Description: `The probe answers every traffic request with 200 and one line, its pod name and
+its wall clock in unix ns ("pod=NAME time=UNIXNS"; its control endpoints say the
+same in the headers X-Epwindow-Pod and X-Epwindow-Time), and records accepts and
 requests — in total, per peer IP (capped by --max-peers), and after SIGTERM —
 in bounded memory.
 

@@ -246,7 +246,16 @@ func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 	if r.IsZero() {
 		r = g.clk.Now()
 	}
-	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
+	// The start of the body may be the probe's traffic body (its name and
+	// clock); the rest is read and discarded.
+	var head [probe.MaxTrafficBody]byte
+	n, err := io.ReadFull(resp.Body, head[:])
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		err = nil
+	}
+	if err == nil {
+		_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody-int64(n)))
+	}
 	resp.Body.Close()
 	switch {
 	case err != nil:
@@ -254,8 +263,27 @@ func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		g.finish(scheduled, began, statusKind(resp.StatusCode))
 	default:
-		g.succeed(scheduled, began, s, r, resp.Header)
+		pod, ns := probeStamp(resp.Header, head[:n])
+		g.succeed(scheduled, began, s, r, pod, ns)
 	}
+}
+
+// probeStamp is the pod that answered and its clock (unix ns, 0 if none),
+// from the probe's traffic body, else from the headers its other replies
+// carry (and that other servers may set, as a test's do).
+func probeStamp(h http.Header, body []byte) (string, int64) {
+	if pod, ns, ok := probe.ParseTrafficBody(body); ok {
+		return string(pod), ns
+	}
+	pod := h.Get(HeaderPod)
+	if pod == "" {
+		return "", 0
+	}
+	t, ok := parseProbeTime(h.Get(HeaderTime))
+	if !ok {
+		return pod, 0
+	}
+	return pod, t.UnixNano()
 }
 
 // finish records a failed request, due at scheduled and begun at began.
@@ -266,13 +294,13 @@ func (g *Generator) finish(scheduled, began time.Time, kind string) {
 }
 
 // succeed records a 2xx response whose request went out at s and whose first
-// byte came back at r.
-func (g *Generator) succeed(scheduled, began, s, r time.Time, h http.Header) {
+// byte came back at r, from pod ("" if none said) whose clock read ns (0 if
+// unknown).
+func (g *Generator) succeed(scheduled, began, s, r time.Time, pod string, ns int64) {
 	g.latency.add(g.clk.Since(began))
 	// Counted last (defers run after the unlock below), so whoever reads
 	// OK == n also finds all n responses in the per-pod stats.
 	defer g.ok.Add(1)
-	pod := h.Get(HeaderPod)
 	if pod == "" {
 		g.unattributed.Add(1)
 		if !g.cfg.UnattributedOK {
@@ -280,7 +308,7 @@ func (g *Generator) succeed(scheduled, began, s, r time.Time, h http.Header) {
 		}
 		return
 	}
-	p, hasTime := parseProbeTime(h.Get(HeaderTime))
+	p, hasTime := time.Unix(0, ns), ns > 0
 
 	g.mu.Lock()
 	defer g.mu.Unlock()

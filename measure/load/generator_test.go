@@ -16,6 +16,8 @@ import (
 
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/epwindow/epwindow/probe"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -151,9 +153,19 @@ func TestGeneratorOpenLoop(t *testing.T) {
 	}
 }
 
-// probeHandler answers like the probe: 200, its pod name and its clock
-// (shifted by offset) in the headers.
+// probeHandler answers like the probe: 200 and the traffic body, its pod
+// name and its clock shifted by offset.
 func probeHandler(pods []string, offset time.Duration) http.HandlerFunc {
+	var n atomic.Int64
+	return func(w http.ResponseWriter, r *http.Request) {
+		pod := pods[int(n.Add(1))%len(pods)]
+		w.Write(probe.AppendTrafficBody(nil, pod, time.Now().Add(offset)))
+	}
+}
+
+// headerProbeHandler says the same in the headers (HeaderPod, HeaderTime),
+// as the probe's other replies do, with a body of its own.
+func headerProbeHandler(pods []string, offset time.Duration) http.HandlerFunc {
 	var n atomic.Int64
 	return func(w http.ResponseWriter, r *http.Request) {
 		pod := pods[int(n.Add(1))%len(pods)]
@@ -165,10 +177,20 @@ func probeHandler(pods []string, offset time.Duration) http.HandlerFunc {
 
 func TestGeneratorAttribution(t *testing.T) {
 	pods := []string{"pod-a", "pod-b", "pod-c"}
-	for _, keepAlive := range []bool{false, true} {
-		t.Run("keepalive="+strconv.FormatBool(keepAlive), func(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		keepAlive bool
+		handler   func([]string, time.Duration) http.HandlerFunc
+	}{
+		{"body/keepalive=false", false, probeHandler},
+		{"body/keepalive=true", true, probeHandler},
+		{"headers/keepalive=false", false, headerProbeHandler},
+		{"headers/keepalive=true", true, headerProbeHandler},
+	} {
+		keepAlive := tc.keepAlive
+		t.Run(tc.name, func(t *testing.T) {
 			var hostSeen atomic.Value
-			probe := probeHandler(pods, 0)
+			probe := tc.handler(pods, 0)
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				hostSeen.Store(r.Host)
 				probe(w, r)

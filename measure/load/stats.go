@@ -24,8 +24,9 @@ const (
 	KindUnreachable = "unreachable"
 	// KindOther: any other transport error.
 	KindOther = "other"
-	// KindUnattributed: a 2xx response without X-Epwindow-Pod, so something
-	// other than a probe answered (a default backend, a cache).
+	// KindUnattributed: a 2xx response with neither the probe's traffic
+	// body nor X-Epwindow-Pod, so something other than a probe answered (a
+	// default backend, a cache).
 	KindUnattributed = "unattributed"
 	// KindDropped: the request was due while Config.MaxConns requests were in
 	// flight and was not sent. It is the generator's limit, not the cluster's,
@@ -33,7 +34,8 @@ const (
 	KindDropped = "dropped"
 )
 
-// PodStats is what the generator saw of one pod, by its X-Epwindow-Pod.
+// PodStats is what the generator saw of one pod, by the name it answered
+// with (the traffic body, or X-Epwindow-Pod).
 // Instants are on the tool's clock.
 type PodStats struct {
 	Pod string
@@ -46,7 +48,7 @@ type PodStats struct {
 	FirstSent, First time.Time
 	LastSent, Last   time.Time
 	// Skew is the tightest clock-offset estimate from this pod's responses;
-	// Skew.Samples is 0 if none carried a readable X-Epwindow-Time.
+	// Skew.Samples is 0 if none carried a readable clock.
 	Skew Estimate
 }
 
@@ -55,7 +57,7 @@ type Totals struct {
 	// Hits = Sent + Dropped: requests the schedule called for so far.
 	Hits, Sent, Dropped int64
 	// OK counts 2xx responses (attributed or not), Failed every failure
-	// except drops, Unattributed the 2xx responses without X-Epwindow-Pod
+	// except drops, Unattributed the 2xx responses without a pod name
 	// (also counted in OK and in Failures as KindUnattributed).
 	OK, Failed, Unattributed int64
 	// InFlight is requests sent and not yet finished.
