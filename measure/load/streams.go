@@ -238,8 +238,9 @@ func (h *StreamHolder) log(e *StreamEvent) {
 	h.events = append(h.events, *e)
 }
 
-// Run holds the streams until ctx ends, then closes them (a normal close
-// from the client) and returns nil.
+// Run holds the streams until ctx ends, then closes them (a WebSocket
+// with a close frame, 1001 going away; a gRPC stream by cancelling it)
+// and returns nil.
 func (h *StreamHolder) Run(ctx context.Context) error {
 	if _, real := h.clk.(clock.RealClock); real {
 		// Without it the stamps fall back to the reads' returns.
@@ -312,8 +313,12 @@ func (h *StreamHolder) onceWebSocket(ctx context.Context, slot int, id string) b
 	}
 	defer c.Close()
 	// gorilla/websocket reads take no context: the holder's end closes
-	// the connection under the read.
-	defer context.AfterFunc(ctx, func() { c.Close() })()
+	// the connection under the read, after a close frame (1001, going
+	// away; WriteControl may run beside a read, conn.go).
+	defer context.AfterFunc(ctx, func() {
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, ""), time.Now().Add(time.Second))
+		c.Close()
+	})()
 	h.hold(ctx, open, func() (time.Time, error) {
 		_, _, err := c.ReadMessage()
 		now := h.clk.Now()

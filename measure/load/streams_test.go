@@ -383,3 +383,39 @@ func TestOpenStreams(t *testing.T) {
 		t.Errorf("OpenStreams(nil) = %d", got)
 	}
 }
+
+// A holder that stops ends its WebSocket streams with a close frame (1001,
+// going away), as a client that leaves does; the probe records each as a
+// graceful end by the peer, with that code.
+func TestStreamHolderStopSendsGoingAway(t *testing.T) {
+	p := serveProbe(t, probe.StreamDrain{Mode: probe.DrainNone}, time.Minute)
+	const n = 2
+	_, cancel := holdStreams(t, StreamConfig{URL: p.url, Protocol: ProtocolWebSocket, Streams: n,
+		Reconnect: Reconnect{Policy: "fixed", Delay: time.Second}})
+	cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(p.url + strings.TrimPrefix(probe.PathTimeline, "/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		tl, err := probe.ParseTimeline(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := tl.Streams; l != nil && l.Ended[probe.EndPeerClose] >= n {
+			for _, r := range l.Records {
+				if r.Ended != nil && (r.How != probe.EndPeerClose || r.Code == nil || *r.Code != 1001) {
+					t.Errorf("probe's record of a stream the holder ended: %+v, want peer_close 1001", r)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probe's stream log %+v: want %d streams ended by the peer's close", tl.Streams, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
