@@ -98,10 +98,17 @@ func streamTrial(in streamInput) *results.StreamTrial {
 			if s.tracked {
 				t.Closed++
 				closes = append(closes, e.At)
+				// The code goes with the kind when there is one: a
+				// close frame's or a status's, and for a gRPC stream
+				// that broke, the status grpc-go made of it
+				// (UNAVAILABLE for a lost transport, a reset
+				// stream's code otherwise: load.grpcCloseKind).
 				kind := e.How
+				if e.Code >= 0 {
+					kind += " " + strconv.Itoa(e.Code)
+				}
 				if load.Graceful(e.How) {
 					t.Graceful++
-					kind += " " + strconv.Itoa(e.Code)
 				} else {
 					t.Abrupt++
 				}

@@ -31,8 +31,10 @@ type StreamTrial struct {
 	// versus an EOF, reset or timeout.
 	Graceful int `json:"graceful"`
 	Abrupt   int `json:"abrupt"`
-	// CloseKinds counts Closed by kind as the clients saw it ("ws_close
-	// 1012", "grpc_status 0", "eof", "reset", ...).
+	// CloseKinds counts Closed by kind as the clients saw it, with the
+	// code when there is one ("ws_close 1012", "grpc_status 0", "eof",
+	// "reset"; a gRPC stream that broke carries the status grpc-go gave
+	// it, "eof 14" for UNAVAILABLE).
 	CloseKinds map[string]int `json:"close_kinds,omitempty"`
 	// ProbeEnds counts the pod's own record of its streams' ends (probe
 	// Timeline.Streams.Ended: app_close, process_exit, peer_close,
