@@ -7,6 +7,7 @@ package kubeproxy
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -132,8 +133,9 @@ func checkRouting(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 		if err != nil {
 			t.Fatalf("request %d to %s from the root namespace: %v", i, url, err)
 		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		resp.Body.Close()
-		if pod := resp.Header.Get("X-Epwindow-Pod"); pod != "ready" {
+		if pod := testenv.ProbePod(body); pod != "ready" {
 			t.Fatalf("request %d to %s answered by %q, want only the ready backend", i, url, pod)
 		}
 	}
@@ -144,7 +146,7 @@ func checkRouting(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 for i in $(seq %d); do
   exec 4<>/dev/tcp/%s/80 || exit 1
   printf 'GET / HTTP/1.0\r\n\r\n' >&4
-  grep -a '^X-Epwindow-Pod:' <&4
+  grep -a '^pod=' <&4
   exec 4<&-
 done`, requests, ip)
 	create(ctx, t, func() error {
@@ -176,7 +178,7 @@ done`, requests, ip)
 	if phase != corev1.PodSucceeded || !strings.Contains(out, "kubernetes-connected") {
 		t.Errorf("client pod %s; want the kubernetes Service reachable and %d answers:\n%s", phase, requests, out)
 	}
-	if n := strings.Count(out, "X-Epwindow-Pod: ready"); n != requests || strings.Contains(out, "unready") {
+	if n := strings.Count(out, "pod=ready time="); n != requests || strings.Contains(out, "unready") {
 		t.Errorf("from a pod: %d of %d answers from the ready backend:\n%s", n, requests, out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -93,7 +94,7 @@ func serviceSlices(ctx context.Context, cs kubernetes.Interface, ns, svc string)
 }
 
 // podsThroughIngress sends requests through Skipper until every wanted pod
-// has answered (X-Epwindow-Pod) or n requests are spent; it returns who
+// has answered (the pod its body names) or n requests are spent; it returns who
 // answered.
 func podsThroughIngress(ctx context.Context, want map[string]string, n int) (map[string]int, error) {
 	seen := map[string]int{}
@@ -107,9 +108,10 @@ func podsThroughIngress(ctx context.Context, want map[string]string, n int) (map
 		if err != nil {
 			return seen, err
 		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
-			seen[resp.Header.Get("X-Epwindow-Pod")]++
+			seen[testenv.ProbePod(body)]++
 		}
 		all := true
 		for name := range want {

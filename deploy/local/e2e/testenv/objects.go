@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -216,4 +217,19 @@ func Poll(ctx context.Context, what string, interval, timeout time.Duration, con
 		case <-time.After(interval):
 		}
 	}
+}
+
+// ProbePod is the pod named in a probe's answer to a traffic request: its
+// body is one line, "pod=NAME time=UNIXNS" (probe.AppendTrafficBody in the
+// tool's module, which this one does not import); "" for anything else.
+func ProbePod(body []byte) string {
+	rest, ok := strings.CutPrefix(string(body), "pod=")
+	if !ok {
+		return ""
+	}
+	pod, _, ok := strings.Cut(rest, " time=")
+	if !ok {
+		return ""
+	}
+	return pod
 }
