@@ -567,12 +567,12 @@ func (p *server) replyAt(w http.ResponseWriter, code int, contentType []string, 
 }
 
 // replyTraffic answers a traffic request with its stamps in the body
-// (TrafficBody): no header of the probe's own, so that net/http neither
+// (AppendTrafficBody): no header of the probe's own, so that net/http neither
 // copies the handler's header map (Header.Clone in WriteHeader, done
 // whenever a handler touched w.Header()) nor sorts and writes more lines,
 // which were most of the probe's own cost per request (make bench).
 func (p *server) replyTraffic(w http.ResponseWriter, at time.Time) {
-	var buf [32 + maxPodName]byte
+	var buf [MaxTrafficBody]byte
 	_, _ = w.Write(AppendTrafficBody(buf[:0], p.cfg.PodName, at))
 }
 

@@ -21,9 +21,10 @@ import (
 // 10,000-stream herd on 2 cores the last 101 is read close to a second
 // after it arrived (BenchmarkStreamHerd), and a stamp taken after the read
 // would spread the herd by that much. An end without data (the EOF of a
-// FIN, a reset) carries no kernel stamp: it is stamped as the read that
-// saw it returned, before the library's own close and write (a close frame
-// in reply, the socket's close), which can wait for the scheduler.
+// FIN, a reset) carries no kernel stamp: it is stamped by the holder's end
+// door as it arrives (endDoor), or else as the read that saw it returned,
+// before the library's own close and write (a close frame in reply, the
+// socket's close), which can wait for the scheduler.
 //
 // One goroutine reads a connection at a time (the dialer up to the 101,
 // then the holder's reader), so the buffer for the control message is the
@@ -70,15 +71,15 @@ func stampDialer(clk clock.PassiveClock, door func() *endDoor) func(ctx context.
 			return nil, err
 		}
 		sc := &stampConn{Conn: c, clk: clk}
-		if tc, ok := c.(*net.TCPConn); ok && kernel {
-			if rc, err := tc.SyscallConn(); err == nil && enableRxStamps(rc) {
-				sc.rc = rc
-			}
-		}
-		if tc, ok := c.(*net.TCPConn); ok && door != nil {
-			if d := door(); d != nil {
-				if rc, err := tc.SyscallConn(); err == nil {
-					d.watch(sc, rc)
+		if tc, ok := c.(*net.TCPConn); ok {
+			if rc, err := tc.SyscallConn(); err == nil {
+				if kernel && enableRxStamps(rc) {
+					sc.rc = rc
+				}
+				if door != nil {
+					if d := door(); d != nil {
+						d.watch(sc, rc)
+					}
 				}
 			}
 		}
@@ -121,7 +122,7 @@ func (c *stampConn) dataAt(fallback time.Time) time.Time {
 	return stampOr(&c.data, fallback)
 }
 
-// endAt is the return of the read that ended the stream, or fallback.
+// endAt is the first sign of the stream's end (end), or fallback.
 func (c *stampConn) endAt(fallback time.Time) time.Time {
 	if c == nil {
 		return fallback

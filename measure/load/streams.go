@@ -158,8 +158,10 @@ type StreamHolder struct {
 	events  []StreamEvent
 	dropped int64
 
-	// dialer opens WebSocket streams (newWebSocketDialer); Run starts
-	// endDoor before any stream opens.
+	// dial opens every stream's connection (stampDialer), dialer a
+	// WebSocket's over it (newWebSocketDialer); Run starts endDoor before
+	// any stream opens.
+	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	dialer  *websocket.Dialer
 	endDoor *endDoor
 	// stamped, set by benchmarks only, is told each WebSocket open's and
@@ -183,7 +185,8 @@ func NewStreamHolder(cfg StreamConfig, clk clock.PassiveClock) (*StreamHolder, e
 	}
 	u, _ := url.Parse(cfg.URL)
 	h := &StreamHolder{cfg: cfg, clk: clk, nonce: strconv.FormatUint(rand.Uint64()&0xffffff, 36)}
-	h.dialer = newWebSocketDialer(clk, func() *endDoor { return h.endDoor })
+	h.dial = stampDialer(clk, func() *endDoor { return h.endDoor })
+	h.dialer = newWebSocketDialer(h.dial)
 	if cfg.Protocol == ProtocolWebSocket {
 		scheme := "ws"
 		if u.Scheme == "https" {
@@ -385,16 +388,16 @@ func (h *StreamHolder) dialWebSocket(ctx context.Context, slot int, id string) (
 }
 
 // newWebSocketDialer is the dialer a holder opens WebSocket streams with:
-// the default dialer's proxy, each attempt on a connection of its own
-// wrapped in a stampConn, and small buffers. A stream carries a short
-// message every few seconds, and 10,000 of them each holding 4 KiB read and
-// write buffers (the size most libraries fix) would be 80 MB of the
-// holder's memory. Reads go through a 512-byte buffer, and writes (only the
-// reply to a close frame, which gorilla/websocket's WriteControl frames
-// in a buffer of its own) borrow one from a pool.
-func newWebSocketDialer(clk clock.PassiveClock, door func() *endDoor) *websocket.Dialer {
+// the default dialer's proxy, each attempt on a connection of its own from
+// dial (stampDialer: a stampConn), and small buffers. A stream carries a
+// short message every few seconds, and 10,000 of them each holding 4 KiB
+// read and write buffers (the size most libraries fix) would be 80 MB of
+// the holder's memory. Reads go through a 512-byte buffer, and writes
+// (only the reply to a close frame, which gorilla/websocket's WriteControl
+// frames in a buffer of its own) borrow one from a pool.
+func newWebSocketDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *websocket.Dialer {
 	return &websocket.Dialer{
-		NetDialContext:  stampDialer(clk, door),
+		NetDialContext:  dial,
 		Proxy:           http.ProxyFromEnvironment,
 		ReadBufferSize:  512,
 		WriteBufferSize: 512,
@@ -458,9 +461,8 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 	// read when a call returns may be later than the frame it returned,
 	// but never earlier, and never later than the return.
 	var conn atomic.Pointer[stampConn]
-	dial := stampDialer(h.clk, func() *endDoor { return h.endDoor })
 	opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-		c, err := dial(ctx, "tcp", addr)
+		c, err := h.dial(ctx, "tcp", addr)
 		if err != nil {
 			return nil, err
 		}
