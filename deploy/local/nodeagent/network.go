@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -70,6 +71,9 @@ func SetupNetwork(cfg Config) error {
 		if err := ipCmd(ctx, "link", "add", br, "type", "bridge"); err != nil {
 			return fmt.Errorf("create bridge %s: %w", br, err)
 		}
+	}
+	if err := ipCmd(ctx, "link", "set", "dev", br, "address", bridgeMAC(cfg.Prefix).String()); err != nil {
+		return fmt.Errorf("set bridge %s's MAC address: %w", br, err)
 	}
 	for i := range cfg.Nodes {
 		sub, err := nodeSubnet(cfg.PodCIDR, i)
@@ -140,6 +144,26 @@ func routeServices(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("route service CIDR %s onto bridge %s: %w", cfg.ServiceCIDR, br, err)
 	}
 	return nil
+}
+
+// bridgeMAC is the bridge's own MAC address, set once so that it never
+// changes. A bridge whose address was not set takes the lowest MAC of its
+// ports, again whenever a port is added, removed or goes down
+// (br_stp_recalculate_bridge_id in the kernel's net/bridge/br_stp_if.c,
+// which returns early only for addr_assign_type NET_ADDR_SET). Every pod's
+// veth has a random MAC, so a pod's start could move the gateway's MAC
+// under all the others: their ARP entries for it went on naming the old one
+// until they aged out (15-45 s: base_reachable_time_ms 30000, randomised
+// ×0.5-1.5, then the kernel's 5 s delay before it probes), and every
+// packet a pod sent off its subnet (its readiness replies to the node
+// agent, its answers to a ClusterIP client or an ingress) was lost. It is
+// locally administered (0x02) and derived from the prefix, so two agents
+// with different prefixes differ.
+func bridgeMAC(prefix string) net.HardwareAddr {
+	h := fnv.New64a()
+	h.Write([]byte(prefix))
+	sum := h.Sum(nil)
+	return net.HardwareAddr{0x02, sum[0], sum[1], sum[2], sum[3], sum[4]}
 }
 
 // bridgeConfList is node i's CNI network: a port on the shared bridge and an

@@ -67,6 +67,16 @@ func leftovers(t testing.TB, cfg Config) []string {
 	return out
 }
 
+// bridgeAddr is the bridge's MAC address as the kernel has it.
+func bridgeAddr(t *testing.T, cfg Config) string {
+	t.Helper()
+	b, err := os.ReadFile("/sys/class/net/" + cfg.bridgeName() + "/address")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
 func routeGet(t *testing.T, addr string) string {
 	t.Helper()
 	out, err := exec.Command("ip", "route", "get", addr).CombinedOutput()
@@ -94,10 +104,17 @@ func TestPodNetworkAddDel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n := newPodNetwork(cfg)
+	brMAC := bridgeAddr(t, cfg)
 	const uid = "0b5e6a7c-1111-2222-3333-444455556666"
 	nsPath, ip, err := n.add(ctx, "tn1", uid)
 	if err != nil {
 		t.Fatalf("CNI ADD: %v", err)
+	}
+	// The bridge keeps its own MAC when a port joins: without an address
+	// set on it, the kernel gives it the lowest MAC of its ports, which with
+	// one port is that veth's (random) one, so this fails without the fix.
+	if got := bridgeAddr(t, cfg); got != brMAC || got != bridgeMAC(cfg.Prefix).String() {
+		t.Fatalf("bridge MAC %s after a pod's veth joined, was %s, want %s always", got, brMAC, bridgeMAC(cfg.Prefix))
 	}
 	if want := netip.MustParsePrefix("10.247.1.0/24"); !want.Contains(ip) || ip == gateway(want) {
 		t.Fatalf("pod address %v not a pod address of node tn1's subnet %v", ip, want)

@@ -141,13 +141,15 @@ func checkRouting(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 	}
 
 	// From a pod on the other node: routed through its node's gateway,
-	// DNATed in prerouting, forwarded over the bridge.
-	script := fmt.Sprintf(`exec 3<>/dev/tcp/10.96.0.1/443 && echo kubernetes-connected
-for i in $(seq %d); do
-  exec 4<>/dev/tcp/%s/80 || exit 1
-  printf 'GET / HTTP/1.0\r\n\r\n' >&4
-  grep -a '^pod=' <&4
-  exec 4<&-
+	// DNATed in prerouting, forwarded over the bridge. Each connection runs
+	// under coreutils' timeout, in its own bash: bash's /dev/tcp has no
+	// timeout of its own, and a SYN that finds no rule is retried by the
+	// kernel for about two minutes (tcp_syn_retries 6), so a lost route would
+	// hang the pod past the wait below and leave nothing to read. With the
+	// limits, the pod ends, and its log says which step failed and how.
+	script := fmt.Sprintf(`timeout 10 bash -c 'exec 3<>/dev/tcp/10.96.0.1/443' && echo kubernetes-connected || echo "kubernetes: connect failed, exit $?"
+for i in $(seq %d); do export i
+  timeout 5 bash -c 'exec 4<>/dev/tcp/%s/80 && echo "request $i: connected" && printf "GET / HTTP/1.0\r\n\r\n" >&4 && grep -a "^pod=" <&4' || { echo "request $i: failed, exit $?"; exit 1; }
 done`, requests, ip)
 	create(ctx, t, func() error {
 		_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
@@ -158,25 +160,30 @@ done`, requests, ip)
 		}, metav1.CreateOptions{})
 		return err
 	})
-	var phase corev1.PodPhase
-	err = testenv.Poll(ctx, "client pod finished", 200*time.Millisecond, time.Minute, func() (bool, error) {
-		p, err := cs.CoreV1().Pods(ns).Get(ctx, "client", metav1.GetOptions{})
-		if err != nil {
+	// The script's own limits add up to 110 s at most; a minute more covers
+	// the pod's start and its status reaching the API server.
+	var pod *corev1.Pod
+	err = testenv.Poll(ctx, "client pod finished", 200*time.Millisecond, 170*time.Second, func() (bool, error) {
+		var err error
+		if pod, err = cs.CoreV1().Pods(ns).Get(ctx, "client", metav1.GetOptions{}); err != nil {
 			return false, err
 		}
-		phase = p.Status.Phase
-		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, nil
 	})
+	logs, lerr := cs.CoreV1().Pods(ns).GetLogs("client", &corev1.PodLogOptions{Container: "c"}).DoRaw(ctx)
 	if err != nil {
-		t.Fatal(err)
+		var status corev1.PodStatus
+		if pod != nil {
+			status = pod.Status
+		}
+		t.Fatalf("%v\npod status: %+v\nlog (%v):\n%s", err, status, lerr, logs)
 	}
-	logs, err := cs.CoreV1().Pods(ns).GetLogs("client", &corev1.PodLogOptions{Container: "c"}).DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
+	if lerr != nil {
+		t.Fatal(lerr)
 	}
 	out := string(logs)
-	if phase != corev1.PodSucceeded || !strings.Contains(out, "kubernetes-connected") {
-		t.Errorf("client pod %s; want the kubernetes Service reachable and %d answers:\n%s", phase, requests, out)
+	if pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, "kubernetes-connected") {
+		t.Errorf("client pod %s; want the kubernetes Service reachable and %d answers:\n%s", pod.Status.Phase, requests, out)
 	}
 	if n := strings.Count(out, "pod=ready time="); n != requests || strings.Contains(out, "unready") {
 		t.Errorf("from a pod: %d of %d answers from the ready backend:\n%s", n, requests, out)
