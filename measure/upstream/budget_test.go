@@ -115,13 +115,48 @@ func (o *slowObserver) Poll(context.Context) (Snapshot, error) {
 	return Snapshot{Sent: s, At: o.fc.Now(), Replicas: []ReplicaUpstreams{{Replica: "r", Sent: s, At: o.fc.Now(), Bytes: 100}}}, nil
 }
 
+// timerClock tells the test of each timer the tracker makes. A test moves
+// the fake clock only once the tracker has set its pause: the tracker reads
+// Now, then asks NewTimer for the rest of the pause, and FakeClock.NewTimer
+// adds that to its own time, so a SetTime between the two pushed the pause's
+// end past where the test looked for the poll (the CI failure "no poll
+// within 20 s of the tick", on a machine busy compiling).
+type timerClock struct {
+	*clocktesting.FakeClock
+	made chan struct{}
+}
+
+func newTimerClock(fc *clocktesting.FakeClock) *timerClock {
+	return &timerClock{FakeClock: fc, made: make(chan struct{}, 64)}
+}
+
+func (c *timerClock) NewTimer(d time.Duration) clock.Timer {
+	tm := c.FakeClock.NewTimer(d)
+	select {
+	case c.made <- struct{}{}:
+	default:
+	}
+	return tm
+}
+
+// waitTimer waits for the tracker's next timer.
+func (c *timerClock) waitTimer(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.made:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the tracker set no pause within 20 s")
+	}
+}
+
 // TestTrackerBacksOff: polls that take 2.5 s at a 1 s interval are spaced
 // 5 s apart (start to start), never overlap, are counted as overruns and
 // reported, and the resolution grows to interval + poll time.
 func TestTrackerBacksOff(t *testing.T) {
 	fc := clocktesting.NewFakeClock(t0)
 	obs := &slowObserver{t: t, fc: fc, took: 2500 * time.Millisecond}
-	tr := NewTracker(obs, fc, 10*time.Second)
+	tc := newTimerClock(fc)
+	tr := NewTracker(obs, tc, 10*time.Second)
 	var mu sync.Mutex
 	var notes []string
 	tr.SetNotify(func(s string) { mu.Lock(); notes = append(notes, s); mu.Unlock() })
@@ -148,9 +183,9 @@ func TestTrackerBacksOff(t *testing.T) {
 	}
 	for i := 1; i <= 3; i++ {
 		waitNotes(i)
+		tc.waitTimer(t)
 		start := t0.Add(time.Duration(i-1) * 5 * time.Second)
-		// Just before start + 2×took: no poll yet, whenever the pause
-		// began.
+		// Just before start + 2×took: no poll yet.
 		fc.SetTime(start.Add(5*time.Second - time.Millisecond))
 		if n := obs.polls.Load(); n != int32(i) {
 			t.Fatalf("poll %d: the next poll came before the back-off ended (%d polls)", i, n)
@@ -413,7 +448,8 @@ func (o *bigObserver) Poll(context.Context) (Snapshot, error) {
 func TestTrackerByteBudget(t *testing.T) {
 	fc := clocktesting.NewFakeClock(t0)
 	obs := &bigObserver{fc: fc, size: 780_000}
-	tr := NewTracker(obs, fc, 10*time.Second)
+	tc := newTimerClock(fc)
+	tr := NewTracker(obs, tc, 10*time.Second)
 	var mu sync.Mutex
 	var notes []string
 	tr.SetNotify(func(s string) { mu.Lock(); notes = append(notes, s); mu.Unlock() })
@@ -425,13 +461,9 @@ func TestTrackerByteBudget(t *testing.T) {
 	gap := 780 * time.Millisecond
 	for i := 1; i <= 4; i++ {
 		start := t0.Add(time.Duration(i-1) * gap)
-		// Wait until the tracker is pausing (the first poll's report, or
-		// the ticker's and timer's waiters), then step to just before the
+		// Wait until the tracker is pausing, then step to just before the
 		// budget allows the next poll: none may come.
-		deadline := time.Now().Add(10 * time.Second)
-		for !fc.HasWaiters() && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		tc.waitTimer(t)
 		fc.SetTime(start.Add(gap - time.Millisecond))
 		time.Sleep(20 * time.Millisecond) // a poll that wrongly came would have counted by now
 		if n := obs.polls.Load(); n != int32(i) {
