@@ -143,10 +143,12 @@ func checkRouting(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 	// From a pod on the other node: routed through its node's gateway,
 	// DNATed in prerouting, forwarded over the bridge. Each connection runs
 	// under coreutils' timeout, in its own bash: bash's /dev/tcp has no
-	// timeout of its own, and a SYN that finds no rule is retried by the
-	// kernel for about two minutes (tcp_syn_retries 6), so a lost route would
-	// hang the pod past the wait below and leave nothing to read. With the
-	// limits, the pod ends, and its log says which step failed and how.
+	// timeout of its own, and a connect whose SYN or SYN-ACK is lost is
+	// retried by the kernel for about two minutes (tcp_syn_retries 6) — as
+	// when the bridge's MAC moved under the backend (nodeagent.bridgeMAC) —
+	// so the pod would outlast the wait below and leave nothing to read.
+	// With the limits, the pod ends, and its log says which step failed
+	// (no "connected" line: the connect) and how (124: timed out).
 	script := fmt.Sprintf(`timeout 10 bash -c 'exec 3<>/dev/tcp/10.96.0.1/443' && echo kubernetes-connected || echo "kubernetes: connect failed, exit $?"
 for i in $(seq %d); do export i
   timeout 5 bash -c 'exec 4<>/dev/tcp/%s/80 && echo "request $i: connected" && printf "GET / HTTP/1.0\r\n\r\n" >&4 && grep -a "^pod=" <&4' || { echo "request $i: failed, exit $?"; exit 1; }
