@@ -71,11 +71,16 @@ func Judged(q float64, n0, n1 int) bool {
 // NeedTrials is the least run size at which quantile q is judged.
 func NeedTrials(q float64) int { return int(math.Ceil(MinTailTrials/(1-q) - 1e-9)) }
 
-// Why a quantile is not judged (QuantileChange.NotJudged).
+// Why a quantile, a tail test or a whole metric is not judged
+// (QuantileChange.NotJudged, TailChange.NotJudged, MetricChange.NotJudged).
+// NotJudgedNoBase and NotJudgedNoNew: one of the runs has no valid trial
+// of the metric.
 const (
 	NotJudgedCensored   = "censored"
 	NotJudgedFewTrials  = "few-trials"
 	NotJudgedCrossCheck = "cross-check"
+	NotJudgedNoBase     = "no-baseline-trial"
+	NotJudgedNoNew      = "no-new-trial"
 )
 
 // QuantileChange is the change of one quantile of one metric.
@@ -119,6 +124,13 @@ type MetricChange struct {
 	// a run without the metric).
 	Tail    *TailChange `json:"tail,omitempty"`
 	Verdict Verdict     `json:"verdict"`
+	// NotJudged says why the verdict is NotJudged when no test of the
+	// metric could be made: NotJudgedCrossCheck, NotJudgedNoBase or
+	// NotJudgedNoNew, or NotJudgedFewTrials — no quantile has enough
+	// trials and no outcome of the tail test could reach its share — with
+	// Need the least run size, both runs alike, at which one is judged.
+	NotJudged string `json:"not_judged,omitempty"`
+	Need      int    `json:"need,omitempty"`
 }
 
 // Comparison is a baseline run against a new one.
@@ -163,6 +175,54 @@ func allot(windowCentral, windowTail, others int) (tail, central, other float64)
 	return tail, central, other
 }
 
+// split is how FamilyError is shared among a comparison's tests (see
+// allot): the window's tail test, each of its judged quantiles, and every
+// other test. Tests counts them all; wCentral the window's quantiles.
+type split struct {
+	tail, central, other float64
+	tests, wCentral      int
+}
+
+// shares splits FamilyError among the tests of metrics names whose runs
+// have the sizes given. It reads the run sizes only — never the values,
+// nor which quantiles fall on trials cut at the hold — so the share of
+// each test is fixed before the data are read (a share that grew when
+// another test could not be made would be chosen by the data). Per
+// metric measured in both runs: one test per quantile Judged at those
+// sizes and one tail test; the cross-check stage makes none.
+func shares(names []string, sizes func(name string) (n0, n1 int)) split {
+	var sp split
+	wTail, others := 0, 0
+	for _, name := range names {
+		n0, n1 := sizes(name)
+		if name == StageServerDeleteTime || n0 == 0 || n1 == 0 {
+			continue
+		}
+		central := 0
+		for _, q := range CompareQuantiles {
+			if Judged(q, n0, n1) {
+				central++
+			}
+		}
+		if name == PointWindow {
+			sp.wCentral, wTail = central, 1
+		} else {
+			others += central + 1
+		}
+	}
+	sp.tests = sp.wCentral + wTail + others
+	sp.tail, sp.central, sp.other = allot(sp.wCentral, wTail, others)
+	return sp
+}
+
+// alphas are the shares metric name's quantile tests and tail test run at.
+func (sp split) alphas(name string) (quantile, tail float64) {
+	if name == PointWindow {
+		return sp.central, sp.tail
+	}
+	return sp.other, sp.other
+}
+
 // Compare compares every metric of two closed summaries. The verdict rule:
 // a metric is worse when, for a judged quantile (see Judged: p50 from 10
 // trials, p95 from 100), the confidence interval of the difference lies
@@ -172,7 +232,9 @@ func allot(windowCentral, windowTail, others int) (tail, central, other float64)
 // quantile is significantly and relevantly lower; worse wins over better
 // (a fatter tail with a faster median is still a regression); otherwise
 // same. Noise — a shift the tests cannot tell from 0, or a significant but
-// tiny one — is never called a regression.
+// tiny one — is never called a regression. A metric none of whose tests
+// can be made is not judged (NotJudged, with why and what run size would
+// judge it): "same" is said only where a test was made.
 func Compare(base, next *Summary, o CompareOptions) *Comparison {
 	if o.MinChange <= 0 {
 		o.MinChange = DefaultMinChange
@@ -190,79 +252,111 @@ func Compare(base, next *Summary, o CompareOptions) *Comparison {
 		}
 	}
 	names = orderMetrics(names)
-	// Count the tests first: the share of each depends on how many there
-	// are.
-	var wCentral, wTail, others int
-	for _, name := range names {
-		if name == StageServerDeleteTime || base.samples[name].n() == 0 || next.samples[name].n() == 0 {
-			continue
-		}
-		central := 0
-		for _, q := range CompareQuantiles {
-			if why, _ := notJudged(base, next, name, q); why == "" {
-				central++
-			}
-		}
-		if name == PointWindow {
-			wCentral, wTail = central, 1
-		} else {
-			others += central + 1
-		}
-	}
-	c.Tests = wCentral + wTail + others
-	tailAlpha, centralAlpha, otherAlpha := allot(wCentral, wTail, others)
-	c.WindowAlpha, c.OtherAlpha = tailAlpha+centralAlpha*float64(wCentral), otherAlpha
+	sp := shares(names, func(name string) (int, int) { return base.samples[name].n(), next.samples[name].n() })
+	c.Tests = sp.tests
+	c.WindowAlpha, c.OtherAlpha = sp.tail+sp.central*float64(sp.wCentral), sp.other
 	for _, name := range names {
 		x, y := base.samples[name], next.samples[name]
 		mc := MetricChange{Metric: name, NBase: x.n(), NNew: y.n(), Verdict: NotJudged}
-		if x.n() > 0 && y.n() > 0 {
-			qAlpha, tAlpha := otherAlpha, otherAlpha
-			if name == PointWindow {
-				qAlpha, tAlpha = centralAlpha, tailAlpha
+		switch {
+		case x.n() == 0:
+			mc.NotJudged = NotJudgedNoBase
+		case y.n() == 0:
+			mc.NotJudged = NotJudgedNoNew
+		default:
+			compareMetric(&mc, base, next, x, y, sp, o)
+			smaller := min(x.n(), y.n())
+			if t := mc.Tail; t != nil && t.NotJudged != "" {
+				t.Need = needTrials(names, name, smaller, true)
 			}
-			if qAlpha <= 0 {
-				// No quantile of this metric is judged: its intervals are
-				// not shown, any level does.
-				qAlpha = FamilyError
-			}
-			level := 1 - qAlpha
-			cis, _ := ExactBootstrapQuantileDiffs(x.values, y.values, CompareQuantiles, level)
-			worse, better := false, false
-			for i, q := range CompareQuantiles {
-				qc := compareQuantile(q, x, y, cis[i], o)
-				qc.Level = level
-				qc.NotJudged, qc.Need = notJudged(base, next, name, q)
-				qc.Judged = qc.NotJudged == ""
-				mc.Changes = append(mc.Changes, qc)
-				if !qc.counts() {
-					continue
-				}
-				if qc.DiffNS > 0 {
-					worse = true
-				} else {
-					better = true
-				}
-			}
-			if name != StageServerDeleteTime {
-				if t, ok := tailTest(x, y, tAlpha, o); ok {
-					mc.Tail = &t
-					worse = worse || t.counts()
-				}
-			}
-			switch {
-			case name == StageServerDeleteTime:
-				// 1 s cross-check: its quantisation is not a change.
-			case worse:
-				mc.Verdict = Worse
-			case better:
-				mc.Verdict = Better
-			default:
-				mc.Verdict = Same
+			if mc.NotJudged == NotJudgedFewTrials {
+				mc.Need = needTrials(names, name, smaller, mc.Changes[0].NotJudged == NotJudgedCensored)
 			}
 		}
 		c.Metrics = append(c.Metrics, mc)
 	}
 	return c
+}
+
+// compareMetric makes the tests of one metric measured in both runs and
+// sets its changes and verdict.
+func compareMetric(mc *MetricChange, base, next *Summary, x, y *sample, sp split, o CompareOptions) {
+	name := mc.Metric
+	qAlpha, tAlpha := sp.alphas(name)
+	if qAlpha <= 0 {
+		// No quantile of this metric is judged: its intervals are
+		// not shown, any level does.
+		qAlpha = FamilyError
+	}
+	level := 1 - qAlpha
+	cis, _ := ExactBootstrapQuantileDiffs(x.values, y.values, CompareQuantiles, level)
+	worse, better, made := false, false, false
+	for i, q := range CompareQuantiles {
+		qc := compareQuantile(q, x, y, cis[i], o)
+		qc.Level = level
+		qc.NotJudged, qc.Need = notJudged(base, next, name, q)
+		qc.Judged = qc.NotJudged == ""
+		mc.Changes = append(mc.Changes, qc)
+		made = made || qc.Judged
+		if !qc.counts() {
+			continue
+		}
+		if qc.DiffNS > 0 {
+			worse = true
+		} else {
+			better = true
+		}
+	}
+	if name == StageServerDeleteTime {
+		// 1 s cross-check: its quantisation is not a change.
+		mc.NotJudged = NotJudgedCrossCheck
+		return
+	}
+	if t, ok := tailTest(x, y, tAlpha, o); ok {
+		mc.Tail = &t
+		worse = worse || t.counts()
+		made = made || t.judged()
+	}
+	switch {
+	case !made:
+		mc.NotJudged = NotJudgedFewTrials
+	case worse:
+		mc.Verdict = Worse
+	case better:
+		mc.Verdict = Better
+	default:
+		mc.Verdict = Same
+	}
+}
+
+// metricJudgedAt reports whether, with n trials in each run, some test of
+// metric name could be made: its median judged by size (Judged; unless
+// medianCensored: it falls on trials cut at the hold), or its tail test
+// able to reach its share at the split those sizes give.
+func metricJudgedAt(names []string, name string, n int, medianCensored bool) bool {
+	if !medianCensored && Judged(CompareQuantiles[0], n, n) {
+		return true
+	}
+	sp := shares(names, func(string) (int, int) { return n, n })
+	_, tail := sp.alphas(name)
+	_, ok := tailScan(2*n, n, tail)
+	return ok
+}
+
+// maxNeed bounds the search for a run size that judges a metric; past it
+// the report says "needs n>maxNeed".
+const maxNeed = 500
+
+// needTrials is the least run size, both runs alike and above from, at
+// which metric name is judged (metricJudgedAt); maxNeed+1 when none is up
+// to maxNeed.
+func needTrials(names []string, name string, from int, medianCensored bool) int {
+	for n := from + 1; n <= maxNeed; n++ {
+		if metricJudgedAt(names, name, n, medianCensored) {
+			return n
+		}
+	}
+	return maxNeed + 1
 }
 
 // notJudged says why a bootstrap verdict may not rest on quantile q of
@@ -375,7 +469,7 @@ func NewCompareTextReporterWidth(c *Comparison, width int) Reporter {
 		// columns.
 		e.printf("%-6s %3s %3s %9s %9s %9s %6s  %-21s %s\n", "q", "n0", "n1", "baseline", "new", "Δ", "Δ%", "CI of Δ / tail p", "why / above")
 		for _, m := range c.Metrics {
-			e.printf("%s: %s\n", m.Metric, m.Verdict)
+			e.printf("%s: %s\n", m.Metric, m.verdictText())
 			if len(m.Changes) == 0 {
 				e.printf("%-6s %3d %3d\n", "", m.NBase, m.NNew)
 				continue
@@ -395,7 +489,7 @@ func NewCompareTextReporterWidth(c *Comparison, width int) Reporter {
 					case NotJudgedCensored:
 						why = "censored"
 					case NotJudgedFewTrials:
-						why = fmt.Sprintf("needs n=%d", qc.Need)
+						why = needText(qc.Need)
 					case NotJudgedCrossCheck:
 						why = "1 s stamps"
 					}
@@ -403,7 +497,9 @@ func NewCompareTextReporterWidth(c *Comparison, width int) Reporter {
 				line("p"+trimFloat(qc.Quantile*100), floorDur(qc.BaseNS, qc.BaseLower), floorDur(qc.NewNS, qc.NewLower),
 					signedDiff(qc.DiffNS, qc.NewLower, qc.BaseLower), relCell(qc.BaseNS, qc.Rel, qc.NewLower, qc.BaseLower), mark, ci, why)
 			}
-			if t := m.Tail; t != nil {
+			if t := m.Tail; t != nil && !t.judged() {
+				line("tail", "", "", "", "", "~", "", needText(t.Need))
+			} else if t != nil {
 				mark := "^"
 				if t.counts() {
 					mark = "*"
@@ -412,8 +508,8 @@ func NewCompareTextReporterWidth(c *Comparison, width int) Reporter {
 				if t.K > 0 {
 					ci = fmt.Sprintf("p=%.2g (α %s)", t.P, pctFine(t.Alpha))
 				}
-				line("p"+trimFloat(math.Floor(t.Quantile*100)), fmtDur(t.BaseNS), floorDur(t.NewNS, t.NewLower),
-					signedDiff(t.NewNS-t.BaseNS, t.NewLower, false), relCell(t.BaseNS, t.Rel, t.NewLower, false), mark, ci,
+				line("p"+trimFloat(math.Floor(t.Quantile*100)), floorDur(t.BaseNS, t.BaseLower), floorDur(t.NewNS, t.NewLower),
+					signedDiff(t.NewNS-t.BaseNS, t.NewLower, t.BaseLower), relCell(t.BaseNS, t.Rel, t.NewLower, t.BaseLower), mark, ci,
 					fmt.Sprintf("%d→%d above %s", t.BaseAbove, t.NewAbove, fmtDur(t.ThresholdNS)))
 			}
 		}
@@ -442,7 +538,7 @@ func NewCompareTextReporterWidth(c *Comparison, width int) Reporter {
 				c.Tests, pct(FamilyError), pctFine(c.WindowAlpha), pctFine(c.OtherAlpha)),
 			fmt.Sprintf("CI of Δ: percentile-bootstrap interval at 1 − the test's share, from the exact bootstrap distribution (no resampling noise). * a change that makes the verdict: its test fires and it reaches max(%s, %s%% of the baseline).",
 				c.Options.MinChange, trimFloat(c.Options.MinChangeRel*100)),
-			fmt.Sprintf("~ not judged by bootstrap: censored (the quantile falls on a trial cut at the hold), or needs n (fewer than %d trials of a run above it).", MinTailTrials),
+			fmt.Sprintf("~ not judged by bootstrap: censored (the quantile falls on a trial cut at the hold), or needs n (fewer than %d trials of a run above it); a tail row \"~ needs n\": no outcome of the tail test could reach its share at these run sizes. \"not judged: n too small\": no test of the metric could be made; it needs that many trials in each run.", MinTailTrials),
 			"^ the tail test (the last row of a metric, * when it fires): how many trials of each run lie above a threshold of the pooled trials (baseline → new), at the threshold where that split is least likely under \"same\"; p is exact (Fisher, over every labelling of the pool); the row shows both runs at the threshold's quantile. Trials cut at the hold count above it at their seen value.",
 			"\"same\" means no test fired: not \"proved equal\". Smaller runs see only larger changes (docs/compare.md: what 20 and 40 trials detect).",
 		}
@@ -458,6 +554,29 @@ func NewCompareTextReporterWidth(c *Comparison, width int) Reporter {
 		e.printf("\n")
 		return e.err
 	}
+}
+
+// verdictText is the metric's verdict as its block's heading says it: for
+// a metric not judged, why.
+func (m MetricChange) verdictText() string {
+	switch m.NotJudged {
+	case NotJudgedFewTrials:
+		return "not judged: n too small (" + needText(m.Need) + ")"
+	case NotJudgedNoBase:
+		return "n/a (no valid trial of it in the baseline)"
+	case NotJudgedNoNew:
+		return "n/a (no valid trial of it in the new run)"
+	}
+	return string(m.Verdict)
+}
+
+// needText renders a run size that would judge a test: "needs n=12", or
+// past the search "needs n>500".
+func needText(n int) string {
+	if n > maxNeed {
+		return fmt.Sprintf("needs n>%d", maxNeed)
+	}
+	return fmt.Sprintf("needs n=%d", n)
 }
 
 // floorDur renders ns, "≥" first when it is a floor.
@@ -644,9 +763,6 @@ func (t Thresholds) Check(next *Summary, c *Comparison) []Breach {
 	}
 	if t.MaxRegression > 0 && c != nil {
 		for _, m := range c.Metrics {
-			if m.Verdict != Worse {
-				continue
-			}
 			if b, ok := t.regression(m); ok {
 				out = append(out, b)
 			}
@@ -655,10 +771,34 @@ func (t Thresholds) Check(next *Summary, c *Comparison) []Breach {
 	return out
 }
 
+// unjudged is the --max-regression breach of a metric no test could judge:
+// the gate cannot tell whether it regressed (a gate must not pass for want
+// of evidence). A metric the baseline lacks has nothing to regress from.
+func unjudged(m MetricChange) (Breach, bool) {
+	b := Breach{Metric: m.Metric, Rule: "max-regression", CannotTell: true}
+	switch m.NotJudged {
+	case NotJudgedFewTrials:
+		b.Detail = fmt.Sprintf("not judged: n too small (%d and %d trials; %s a run): cannot tell whether it regressed, rerun with more --trials",
+			m.NBase, m.NNew, strings.TrimPrefix(needText(m.Need), "needs "))
+	case NotJudgedNoNew:
+		b.Detail = fmt.Sprintf("the new run has no valid trial of it (the baseline has %d): cannot tell whether it regressed", m.NBase)
+	default:
+		return Breach{}, false
+	}
+	return b, true
+}
+
 // regression is the --max-regression breach of a metric judged worse: the
 // first judged quantile, or else the tail test, whose growth exceeds the
-// limit; a growth within the limit measured against a floor cannot be told.
+// limit; a growth within the limit measured against a floor cannot be told;
+// and of a metric not judged at all, see unjudged.
 func (t Thresholds) regression(m MetricChange) (Breach, bool) {
+	if m.Verdict == NotJudged {
+		return unjudged(m)
+	}
+	if m.Verdict != Worse {
+		return Breach{}, false
+	}
 	limit := trimFloat(t.MaxRegression*100) + "%"
 	for _, qc := range m.Changes {
 		if qc.counts() && qc.DiffNS > 0 && (qc.BaseNS <= 0 || qc.Rel > t.MaxRegression) {

@@ -82,13 +82,12 @@ func TestSummaryStartup(t *testing.T) {
 	if b := (Thresholds{MaxP99: th}).Check(s, nil); len(b) != 1 || b[0].Metric != deltaReadyToUpstream {
 		t.Errorf("breaches %v, want the startup delta over 2s", b)
 	}
+	// At 4 trials no test can be made: the metric is there, not judged,
+	// never "same" (that would claim a test that was not made).
 	c := Compare(s, s, CompareOptions{})
-	found := false
-	for _, m := range c.Metrics {
-		found = found || m.Metric == deltaReadyToUpstream && m.Verdict == Same
-	}
-	if !found {
-		t.Errorf("comparison lacks %s judged same: %+v", deltaReadyToUpstream, c.Metrics)
+	m, ok := c.Metric(deltaReadyToUpstream)
+	if !ok || m.Verdict != NotJudged || m.NotJudged != NotJudgedFewTrials || m.Need <= m.NNew {
+		t.Errorf("comparison of %s at %d trials: %+v, want not judged for few trials, needing more", deltaReadyToUpstream, m.NNew, m)
 	}
 }
 

@@ -47,27 +47,37 @@ type TailChange struct {
 	BaseCensored int   `json:"base_censored_above,omitempty"`
 	NewCensored  int   `json:"new_censored_above,omitempty"`
 	// Quantile is the pooled quantile of the threshold, 1 − K/N; BaseNS and
-	// NewNS are each run's empirical Quantile-quantile, NewLower set when
-	// the new run's is a floor (it falls on a censored trial), and Rel is
-	// their relative change.
-	Quantile float64 `json:"quantile"`
-	BaseNS   int64   `json:"base_ns"`
-	NewNS    int64   `json:"new_ns"`
-	NewLower bool    `json:"new_lower,omitempty"`
-	Rel      float64 `json:"rel"`
+	// NewNS are each run's empirical Quantile-quantile, BaseLower and
+	// NewLower set when it is a floor (it falls on a censored trial), and
+	// Rel is their relative change.
+	Quantile  float64 `json:"quantile"`
+	BaseNS    int64   `json:"base_ns"`
+	NewNS     int64   `json:"new_ns"`
+	BaseLower bool    `json:"base_lower,omitempty"`
+	NewLower  bool    `json:"new_lower,omitempty"`
+	Rel       float64 `json:"rel"`
 	// P is the test's exact p-value (the smallest Fisher p over every
 	// threshold, itself calibrated over every labelling of the pool); Alpha
 	// is the share of the family error the test runs at.
 	P     float64 `json:"p"`
 	Alpha float64 `json:"alpha"`
 	// Significant: P ≤ Alpha. Relevant: NewNS − BaseNS reaches the least
-	// relevant change (see CompareOptions).
+	// relevant change (see CompareOptions), BaseNS not a floor (against a
+	// floor the change is only an upper bound).
 	Significant bool `json:"significant"`
 	Relevant    bool `json:"relevant"`
+	// NotJudged is NotJudgedFewTrials when no labelling of a pool this
+	// size could reach Alpha (see tailScan): the test is not made, and
+	// Need is the least run size, both runs alike, at which it is.
+	NotJudged string `json:"not_judged,omitempty"`
+	Need      int    `json:"need,omitempty"`
 }
 
 // counts reports whether the tail test makes the metric worse.
 func (t *TailChange) counts() bool { return t != nil && t.Significant && t.Relevant }
+
+// judged reports whether the tail test was made.
+func (t *TailChange) judged() bool { return t != nil && t.NotJudged == "" }
 
 // tailTest runs the tail test on base x and new y (each a sample: values
 // with censoring); ok is false when either run is empty.
@@ -100,7 +110,11 @@ func tailTest(x, y *sample, alpha float64, o CompareOptions) (TailChange, bool) 
 		return 0
 	})
 	n := len(pool)
-	ks := tailThresholds(pool, func(a item) float64 { return a.v })
+	kmax, ok := tailScan(n, n1, alpha)
+	if !ok {
+		return TailChange{Alpha: alpha, P: 1, NotJudged: NotJudgedFewTrials}, true
+	}
+	ks := tailThresholds(pool, func(a item) float64 { return a.v }, kmax)
 	newAbove := make([]int, n+1)
 	for i, it := range pool {
 		newAbove[i+1] = newAbove[i]
@@ -136,30 +150,73 @@ func tailTest(x, y *sample, alpha float64, o CompareOptions) (TailChange, bool) 
 	}
 	t.P = tailPValue(n, n1, ks, best)
 	t.Quantile = 1 - float64(bestK)/float64(n)
-	bq, _ := x.rank(quantileRank(t.Quantile, n0))
+	bq, baseLower := x.rank(quantileRank(t.Quantile, n0))
 	nq, lower := y.rank(quantileRank(t.Quantile, n1))
-	t.BaseNS, t.NewNS, t.NewLower = int64(bq), int64(nq), lower
+	t.BaseNS, t.NewNS, t.BaseLower, t.NewLower = int64(bq), int64(nq), baseLower, lower
 	if bq != 0 {
 		t.Rel = (nq - bq) / math.Abs(bq)
 	}
 	t.Significant = t.P <= alpha
-	t.Relevant = nq-bq >= relevantChange(t.BaseNS, o)
+	t.Relevant = !baseLower && nq-bq >= relevantChange(t.BaseNS, o)
 	return t, true
 }
 
-// tailThresholds are the K (1 ≤ K ≤ N/4: the upper quarter of the pool,
-// the tail; a shift of the middle is the bootstrap's) whose K-th largest value of the
-// pool (descending) is strictly above the (K+1)-th: "the K largest" is then
-// "every value above the (K+1)-th", a threshold that does not depend on
-// which run a value came from.
-func tailThresholds[T any](desc []T, v func(T) float64) []int {
+// tailThresholds are the K (1 ≤ K ≤ kmax: the upper quarter of the pool,
+// the tail, or more where tailScan says so) whose K-th largest value of
+// the pool (descending) is strictly above the (K+1)-th: "the K largest" is
+// then "every value above the (K+1)-th", a threshold that does not depend
+// on which run a value came from. When no K up to kmax is one — the top
+// value is shared by more than kmax trials, as trials cut at exactly the
+// hold are — the top tie block is the threshold: without it a run with
+// more than a quarter of the pool cut at the hold would have no tail test
+// at all, and cutting more trials would make a regression invisible. It
+// too is a function of the pool alone, so the test stays exact.
+func tailThresholds[T any](desc []T, v func(T) float64, kmax int) []int {
 	var ks []int
-	for k := 1; k <= len(desc)/4; k++ {
-		if v(desc[k-1]) > v(desc[k]) {
-			ks = append(ks, k)
+	for k := 1; k < len(desc); k++ {
+		if v(desc[k-1]) <= v(desc[k]) {
+			continue
+		}
+		if k > kmax && len(ks) > 0 {
+			break
+		}
+		ks = append(ks, k)
+		if k >= kmax {
+			break
 		}
 	}
 	return ks
+}
+
+// tailScan is how far down a pool of n trials, m of them new, the tail
+// test looks: the upper quarter (kmax = n/4) when some labelling of the
+// pool could reach alpha there, else the whole pool (kmax = n−1: every
+// split of the pool, an exact rank test; all 5 new trials above all 5 of
+// the baseline has p = 1/C(10,5) = 1/252), else none (ok false: no
+// outcome at all could reach alpha, the run is too small to judge). The
+// choice depends on n, m and alpha only, never on the values, so each
+// test stays exact. Reachability is that of the most extreme labelling
+// (every new trial above every baseline one, all values distinct): it has
+// the smallest p-value at every threshold at once.
+func tailScan(n, m int, alpha float64) (kmax int, ok bool) {
+	for _, k := range []int{n / 4, n - 1} {
+		if k >= 1 && tailReach(n, m, k) <= alpha*(1+1e-9) {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// tailReach is the tail test's smallest possible p-value on a pool of n
+// distinct values, m of them new, scanning thresholds 1…kmax.
+func tailReach(n, m, kmax int) float64 {
+	ks := make([]int, kmax)
+	pmin := 1.0
+	for i := range ks {
+		ks[i] = i + 1
+		pmin = min(pmin, hyperUpperTail(n, i+1, m, min(i+1, m)))
+	}
+	return tailPValue(n, m, ks, pmin)
 }
 
 // hyperUpperTail is P(X ≥ c) for X ~ Hypergeometric(n, k, m): k draws

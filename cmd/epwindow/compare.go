@@ -31,10 +31,13 @@ trials) has an interval above 0, or the tail test fires, AND the change reaches 
 --min-change-pct of the baseline; better symmetrically, by the quantiles. The tests share 5%
 (weighted Bonferroni: half to the window), so two runs of one setup are called different with at
 most 5% chance. "same" is not "proved equal": see docs/compare.md for what 20, 40 and 120 trials
-detect. Thresholds gate a pipeline: --max-p99 caps a stage's p99 in NEW, --max-regression caps the
-growth of a quantile (or tail) judged worse; a floor from trials cut at the hold that is within a
-limit cannot show it was met.
-Exit codes: 0 met, 2 bad input, 3 breached, 6 a limit met only by a floor: rerun with a longer --hold.`,
+detect; a metric no test can judge at these run sizes says "not judged: n too small (needs n=N)".
+Thresholds gate a pipeline: --max-p99 caps a stage's p99 in NEW, --max-regression caps the growth of
+a quantile (or tail) judged worse; a floor from trials cut at the hold that is within a limit cannot
+show it was met, nor can a metric --max-regression cannot judge.
+Exit codes: 0 met, 2 bad input (or a file with no trial that measured the window), 3 breached,
+6 cannot tell: a limit met only by a floor (rerun with a longer --hold) or a metric too few trials
+judge (rerun with more --trials).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text or json"},
 			wideFlag(),
@@ -102,8 +105,10 @@ func runCompare(c *cli.Context) error {
 			fmt.Fprintf(c.App.ErrWriter, "epwindow compare: %s: the run was interrupted; comparing its %d finished trials\n", path, len(file.Trials))
 		}
 		runs[i] = results.Summarize(file, results.Options{})
-		if len(runs[i].Metrics()) == 0 {
-			return cli.Exit(fmt.Sprintf("epwindow compare: %s holds no valid trial: no stage was measured soundly, nothing to compare", path), exitUsage)
+		// The window is what every verdict is about: a file none of whose
+		// trials measured it is no evidence, and a gate must not pass on it.
+		if _, ok := runs[i].Dist(results.PointWindow); !ok {
+			return cli.Exit(fmt.Sprintf("epwindow compare: %s holds no trial that measured the window (%s): nothing to compare", path, compareRunLine(runs[i])), exitUsage)
 		}
 	}
 	cmp := results.Compare(runs[0], runs[1], opts)
@@ -127,17 +132,13 @@ func runCompare(c *cli.Context) error {
 		fmt.Fprintln(c.App.ErrWriter, "epwindow compare: thresholds: all met")
 		return nil
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "epwindow compare: %d threshold(s) breached:", len(breaches))
-	for _, br := range breaches {
-		fmt.Fprintf(&b, "\n  %s", br)
-	}
-	return cli.Exit(b.String(), breachCode(breaches))
+	return cli.Exit("epwindow compare: "+breachMessage(breaches), breachCode(breaches))
 }
 
 // breachCode is the exit code of breached thresholds: exitLowerBound when
-// every breach is a floor within its limit (the run cannot tell; a longer
-// --hold can), else exitThreshold.
+// no breach is certain (every one cannot tell: a floor within its limit, a
+// metric too few trials judge; a longer --hold or more --trials can), else
+// exitThreshold.
 func breachCode(bs []results.Breach) int {
 	if results.OnlyCannotTell(bs) {
 		return exitLowerBound
@@ -145,10 +146,43 @@ func breachCode(bs []results.Breach) int {
 	return exitThreshold
 }
 
+// breachMessage says what the breaches are, a line each: "N threshold(s)
+// breached", or when none is certain that the run cannot tell whether they
+// were met; the certain ones first.
+func breachMessage(bs []results.Breach) string {
+	var b strings.Builder
+	certain := len(bs)
+	for _, br := range bs {
+		if br.CannotTell {
+			certain--
+		}
+	}
+	if certain == 0 {
+		fmt.Fprintf(&b, "cannot tell whether the thresholds were met (%d cannot be told):", len(bs))
+	} else {
+		fmt.Fprintf(&b, "%d threshold(s) breached", certain)
+		if certain < len(bs) {
+			fmt.Fprintf(&b, ", %d more cannot be told", len(bs)-certain)
+		}
+		b.WriteString(":")
+	}
+	for _, cannot := range []bool{false, true} {
+		for _, br := range bs {
+			if br.CannotTell == cannot {
+				fmt.Fprintf(&b, "\n  %s", br)
+			}
+		}
+	}
+	return b.String()
+}
+
 // compareRunLine describes a run in a line: its trials and where it was measured.
 func compareRunLine(s *results.Summary) string {
 	d := s.Doc()
 	line := fmt.Sprintf("%d valid of %d trials", d.Valid, d.Trials)
+	if d.Censored > 0 {
+		line += fmt.Sprintf(" (%d cut at the hold)", d.Censored)
+	}
 	if h := s.Header; h != nil {
 		if h.Ingress.Controller != "" {
 			line += ", " + strings.TrimSpace(h.Ingress.Controller+" "+h.Ingress.Version)

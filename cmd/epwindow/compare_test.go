@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -41,7 +43,74 @@ func TestCompareMaxP99Floor(t *testing.T) {
 		t.Errorf("--max-p99 window=10s under a ≥59.9s floor: exit %d (%v), want %d", code, err, exitThreshold)
 	}
 	_, err = runApp(t, "compare", "--max-p99", "window=2m", base, next)
-	if code := exitCode(err); code != exitLowerBound || !strings.Contains(err.Error(), "cannot tell: rerun with a longer --hold") {
+	if code := exitCode(err); code != exitLowerBound || !strings.Contains(err.Error(), "cannot tell: rerun with a longer --hold") ||
+		strings.Contains(err.Error(), "breached") {
 		t.Errorf("--max-p99 window=2m over a ≥59.9s floor: exit %d (%v), want %d saying it cannot tell", code, err, exitLowerBound)
+	}
+}
+
+// rewriteTrials writes a copy of results testdata file name to a temporary
+// file, each trial line passed through edit (the line dropped when edit
+// returns false), and returns its path.
+func rewriteTrials(t *testing.T, name string, edit func(trial map[string]any) bool) string {
+	t.Helper()
+	data, err := os.ReadFile(testdata(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		switch m["kind"] {
+		case "summary":
+			continue // recomputed from the trials
+		case "trial":
+			if !edit(m) {
+				continue
+			}
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(b))
+	}
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(strings.Join(out, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A new run none of whose trials measured the window (every probe clock
+// invalid) is no evidence: compare exits 2 naming the file, before any
+// gate could pass on it.
+func TestCompareNoWindowExits2(t *testing.T) {
+	blind := rewriteTrials(t, "run.jsonl", func(tr map[string]any) bool {
+		tr["valid"] = false
+		tr["reasons"] = []any{map[string]any{"code": results.ReasonSkewMissing}}
+		return true
+	})
+	_, err := runApp(t, "compare", "--max-regression", "20%", testdata("run.jsonl"), blind)
+	if code := exitCode(err); code != exitUsage || !strings.Contains(err.Error(), blind) || !strings.Contains(err.Error(), "no trial that measured the window") {
+		t.Errorf("compare against a run without a window: exit %d (%v), want %d naming the file", code, err, exitUsage)
+	}
+}
+
+// Runs too small for any test (3 trials each): compare says so per metric,
+// and --max-regression exits 6 saying it cannot tell, not "breached".
+func TestCompareTinyRunsCannotTell(t *testing.T) {
+	tiny := rewriteTrials(t, "run.jsonl", func(tr map[string]any) bool { return tr["trial"].(float64) <= 3 })
+	out, err := runApp(t, "compare", tiny, tiny)
+	if err != nil || !strings.Contains(out, "window: not judged: n too small (needs n=") {
+		t.Errorf("compare of 3-trial runs: %v, want the window not judged for n too small:\n%s", err, out)
+	}
+	_, err = runApp(t, "compare", "--max-regression", "20%", tiny, tiny)
+	if code := exitCode(err); code != exitLowerBound || !strings.Contains(err.Error(), "cannot tell whether the thresholds were met") ||
+		strings.Contains(err.Error(), "breached") || !strings.Contains(err.Error(), "max-regression: window: not judged") {
+		t.Errorf("compare --max-regression of 3-trial runs: exit %d (%v), want %d saying it cannot tell for the window", code, err, exitLowerBound)
 	}
 }

@@ -60,9 +60,5 @@ func gate(w io.Writer, width int, next *results.Summary, t results.Thresholds, b
 		fmt.Fprintln(w, "thresholds: all met")
 		return exitOK, nil
 	}
-	msg := fmt.Sprintf("%d threshold(s) breached:", len(breaches))
-	for _, b := range breaches {
-		msg += "\n  " + b.String()
-	}
-	return breachCode(breaches), fmt.Errorf("%s", msg)
+	return breachCode(breaches), fmt.Errorf("%s", breachMessage(breaches))
 }

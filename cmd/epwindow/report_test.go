@@ -146,7 +146,7 @@ func TestExitCodes(t *testing.T) {
 		{"compare one file", []string{"compare", run}, nil, exitUsage, "BASELINE and NEW"},
 		{"compare with the new run on stdin", []string{"compare", "--max-p99", "window=1s", base, "-"}, runBytes, exitThreshold, "max-p99: window"},
 		{"compare stdin with stdin", []string{"compare", "-", "-"}, runBytes, exitUsage, "only one"},
-		{"compare without valid trials", []string{"compare", noValid, run}, nil, exitUsage, "no valid trial"},
+		{"compare without valid trials", []string{"compare", noValid, run}, nil, exitUsage, "no trial that measured the window"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
