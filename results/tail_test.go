@@ -155,14 +155,16 @@ func anyFlagged(c *Comparison) bool {
 // handful of tied values (where an exceedance count could be fooled by
 // where ties fall), and a tail cut at the hold (censored trials tie at
 // their seen value). This is the family-wise error the verdicts promise,
-// at run sizes people use (20 and 40). The pairs are seeded, so the counts
+// at run sizes people use (20 and 40) and below. The pairs are seeded, so the counts
 // are the same on every run; the bound is the promise itself, not a
 // tolerance around it (the weighted Bonferroni split is conservative: the
 // counts seen when this was written were well below it).
 func TestCompareFamilyWiseFalseAlarms(t *testing.T) {
 	const pairs = 100
 	for _, s := range []shape{lognormal, bimodal, pollTies, censoredTail} {
-		for _, n := range []int{20, 40} {
+		// 5 and 8: runs small enough that the tail test scans the whole
+		// pool (tailScan); 20 and 40: the sizes people run.
+		for _, n := range []int{5, 8, 20, 40} {
 			flagged := 0
 			for i := range pairs {
 				seed := uint64(10_000*n + 2*i)
