@@ -139,6 +139,13 @@ func streamTrial(in streamInput) *results.StreamTrial {
 		first, last := int64(closes[0].Sub(in.sigterm)), int64(closes[len(closes)-1].Sub(in.sigterm))
 		t.FirstCloseNS, t.LastCloseNS = &first, &last
 	}
+	// Streams still open when the observation ended closed later, if at
+	// all: their last close is at least until − SIGTERM (the summary reads
+	// it as a floor), even when none closed while observed.
+	if !in.until.IsZero() && t.OpenAtSigterm > 0 {
+		observed := int64(in.until.Sub(in.sigterm))
+		t.ObservedNS = &observed
+	}
 	if !in.withdrawn.IsZero() && t.OpenAtSigterm > 0 {
 		open := t.Unclosed
 		for _, c := range closes {
@@ -147,11 +154,12 @@ func streamTrial(in streamInput) *results.StreamTrial {
 			}
 		}
 		t.OpenAtWithdrawal = &open
-		if open > 0 && len(closes) > 0 {
+		switch {
+		case t.Unclosed > 0 && !in.until.IsZero():
+			out := int64(in.until.Sub(in.withdrawn)) // a floor
+			t.OutliveNS = &out
+		case open > 0 && len(closes) > 0:
 			out := int64(closes[len(closes)-1].Sub(in.withdrawn))
-			if t.Unclosed > 0 && !in.until.IsZero() {
-				out = int64(in.until.Sub(in.withdrawn))
-			}
 			t.OutliveNS = &out
 		}
 	}

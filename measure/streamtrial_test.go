@@ -188,3 +188,26 @@ func TestBusiestClean(t *testing.T) {
 		})
 	}
 }
+
+// Every stream outlived the observation (issue 28 item 11): no close was
+// seen, so the trial's last close and outlive are floors — the end of the
+// observation from SIGTERM and from the withdrawal — not missing: the
+// slowest trial must not vanish from the distribution.
+func TestStreamTrialAllOutlived(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ev := []load.StreamEvent{
+		{Slot: 0, Kind: load.EventOpen, At: t0, Pod: "a"},
+		{Slot: 1, Kind: load.EventOpen, At: t0, Pod: "a"},
+	}
+	got := streamTrial(streamInput{events: ev, pod: "a", sigterm: t0.Add(time.Second),
+		withdrawn: t0.Add(1500 * time.Millisecond), until: t0.Add(5 * time.Second)})
+	if got.Unclosed != 2 || got.Closed != 0 || got.LastCloseNS != nil {
+		t.Fatalf("counts %+v: want 2 unclosed, none closed, no last close seen", got)
+	}
+	if got.ObservedNS == nil || *got.ObservedNS != int64(4*time.Second) {
+		t.Errorf("observed %v, want SIGTERM → end of observation, 4s", got.ObservedNS)
+	}
+	if got.OpenAtWithdrawal == nil || *got.OpenAtWithdrawal != 2 || got.OutliveNS == nil || *got.OutliveNS != int64(3500*time.Millisecond) {
+		t.Errorf("open at withdrawal %v, outlive %v; want 2 and the floor 3.5s", got.OpenAtWithdrawal, got.OutliveNS)
+	}
+}

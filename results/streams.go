@@ -53,6 +53,10 @@ type StreamTrial struct {
 	// those streams closed, at the client.
 	FirstCloseNS *int64 `json:"first_close_ns,omitempty"`
 	LastCloseNS  *int64 `json:"last_close_ns,omitempty"`
+	// ObservedNS: SIGTERM → the end of the trial's observation. With
+	// streams still open then (Unclosed), the last close is at least
+	// that: the summary counts it there, censored.
+	ObservedNS *int64 `json:"observed_ns,omitempty"`
 	// OpenAtWithdrawal counts the streams still open when the data plane
 	// had withdrawn the endpoint (the first upstream_removed, or
 	// cluster_last_routed for the ClusterIP); OutliveNS is how long the
@@ -185,11 +189,17 @@ func (s *StreamSummary) Add(r *Record) {
 		s.samples[metric].add(r.Trial, float64(*v), censored)
 	}
 	// A trial with streams still open at the end of its observation has a
-	// last close (and outlive) of at least what was seen: censored, as a
-	// window that ran into the hold is.
+	// last close (and outlive) of at least the end of the observation:
+	// censored, as a window that ran into the hold is. When no stream
+	// closed at all, its first close is such a floor too; the trial stays
+	// in (it is the slowest one), as the window keeps its cut trials.
 	censored := t.Unclosed > 0
-	add(MetricStreamFirstClose, t.FirstCloseNS, false)
-	add(MetricStreamLastClose, t.LastCloseNS, censored)
+	last, first := t.LastCloseNS, t.FirstCloseNS
+	if censored && t.ObservedNS != nil && (last == nil || *t.ObservedNS > *last) {
+		last = t.ObservedNS
+	}
+	add(MetricStreamFirstClose, cmp.Or(first, last), first == nil)
+	add(MetricStreamLastClose, last, censored)
 	add(MetricStreamOutlive, t.OutliveNS, censored)
 	if n := len(t.ReestablishNS); n > 0 {
 		add(MetricStreamReestablish, &t.ReestablishNS[n-1], false)

@@ -182,3 +182,34 @@ func TestClusterStreamsSection(t *testing.T) {
 		t.Fatalf("report:\n%s", b.String())
 	}
 }
+
+// A trial whose streams all outlived the observation (issue 28 item 11)
+// enters stream_last_close and stream_outlive at its floor (the end of the
+// observation), censored: it is the slowest trial, and the grace bound
+// resting on it is a floor. Without it the bound would be a plain number
+// from the faster trials.
+func TestStreamSummaryAllOutlivedIsAFloor(t *testing.T) {
+	// 59 trials: the bound of the 95th percentile at 95% is their
+	// largest, the outlived trial's floor.
+	s := NewStreamSummary(0.95, 0.95)
+	for i := range 58 {
+		s.Add(streamRecord(i, time.Second+time.Duration(i)*10*time.Millisecond, 0, []int{5, 5}))
+	}
+	observed, outlive := int64(30*time.Second), int64(29*time.Second)
+	open := 10
+	s.Add(&Record{Kind: KindTrial, Trial: 58, Streams: &StreamTrial{Protocol: "websocket",
+		OpenAtSigterm: 10, Unclosed: 10, ObservedNS: &observed, OpenAtWithdrawal: &open, OutliveNS: &outlive}})
+	s.Close()
+	for metric, want := range map[string]int64{MetricStreamLastClose: observed, MetricStreamOutlive: outlive} {
+		d, ok := s.Dist(metric)
+		if metric == MetricStreamOutlive && !ok {
+			continue // the faster trials have no withdrawal: only the floor
+		}
+		if !ok || d.Censored != 1 || d.MaxNS != want || !d.Lower(1) {
+			t.Errorf("%s: %+v, want the outlived trial in it as a floor of %s", metric, d, time.Duration(want))
+		}
+	}
+	if _, lower, ok := s.StreamGrace(0, time.Second); !ok || !lower {
+		t.Errorf("grace: lower %v ok %v, want a floor", lower, ok)
+	}
+}
