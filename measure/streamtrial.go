@@ -60,7 +60,8 @@ func streamTrial(in streamInput) *results.StreamTrial {
 		return slots[i]
 	}
 	probeEnds := streamEnds(in.probeLog, in.probeSkew)
-	var closes, reopens, fails []time.Time
+	var closes, reopens []time.Time
+	var fails []attempt
 	sigtermSeen := false
 	markSigterm := func() {
 		if sigtermSeen {
@@ -125,7 +126,13 @@ func streamTrial(in streamInput) *results.StreamTrial {
 			s.isOpen, s.tracked = false, false
 		case load.EventFail:
 			if s.awaitOpen {
-				fails = append(fails, e.At)
+				// An event without its start (an older holder's) is a
+				// failure at an instant.
+				began := e.Began
+				if began.IsZero() || began.After(e.At) {
+					began = e.At
+				}
+				fails = append(fails, attempt{began, e.At})
 				if t.Failures == nil {
 					t.Failures = map[string]int{}
 				}
@@ -206,18 +213,31 @@ func busiest(at []time.Time, w time.Duration) int {
 	return best
 }
 
+// attempt is a failed re-open attempt: from its start to its failure.
+type attempt struct{ began, failed time.Time }
+
 // busiestClean is the most instants of at in a window of width at most w
-// that holds none of fails: each window starts at an instant of at and is
-// cut short at the first failure in it. at and fails are sorted.
-func busiestClean(at, fails []time.Time, w time.Duration) int {
-	best, f := 0, 0
+// that no failed attempt overlaps: each window starts at an instant of at
+// that no attempt spans and is cut short where the next attempt begins. An
+// attempt counts from its start, not only where it failed: one begun in a
+// burst and timed out after it was not taken, and the burst is no proof of
+// what the survivors could take. at is sorted.
+func busiestClean(at []time.Time, fails []attempt, w time.Duration) int {
+	best := 0
 	for lo := range at {
-		end := at[lo].Add(w)
-		for f < len(fails) && fails[f].Before(at[lo]) {
-			f++
+		end, clean := at[lo].Add(w), true
+		for _, f := range fails {
+			switch {
+			case f.failed.Before(at[lo]):
+				// over before the window
+			case !f.began.After(at[lo]):
+				clean = false // it spans the window's start
+			case f.began.Before(end):
+				end = f.began
+			}
 		}
-		if f < len(fails) && fails[f].Before(end) {
-			end = fails[f]
+		if !clean {
+			continue
 		}
 		// The first instant at or after end.
 		hi, _ := slices.BinarySearchFunc(at, end, func(a, e time.Time) int { return a.Compare(e) })

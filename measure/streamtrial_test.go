@@ -166,17 +166,33 @@ func TestStreamLogMergesTheLastRead(t *testing.T) {
 func TestBusiestClean(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	ms := func(ns ...int) []time.Time { return instants(t0, ns...) }
+	// at: failed attempts that failed as they began (refused, a 502).
+	at := func(ns ...int) []attempt {
+		var out []attempt
+		for _, t := range ms(ns...) {
+			out = append(out, attempt{t, t})
+		}
+		return out
+	}
+	span := func(from, to int) []attempt { return []attempt{{ms(from)[0], ms(to)[0]}} }
 	for _, tc := range []struct {
-		name      string
-		at, fails []time.Time
-		want      int
+		name  string
+		at    []time.Time
+		fails []attempt
+		want  int
 	}{
 		{"no failures: the sliding peak", ms(0, 10, 20, 150, 160), nil, 3},
-		{"a failure inside the burst cuts it", ms(0, 10, 20, 150, 160), ms(15), 2},
-		{"the window after the failure", ms(0, 10, 20, 30, 40, 200), ms(5), 4},
-		{"a failure at an instant leaves the rest after it", ms(0, 10, 20), ms(0), 2},
-		{"failures everywhere", ms(0, 10), ms(0, 10), 0},
-		{"none", nil, ms(0), 0},
+		{"a failure inside the burst cuts it", ms(0, 10, 20, 150, 160), at(15), 2},
+		{"the window after the failure", ms(0, 10, 20, 30, 40, 200), at(5), 4},
+		{"a failure at an instant leaves the rest after it", ms(0, 10, 20), at(0), 2},
+		{"failures everywhere", ms(0, 10), at(0, 10), 0},
+		{"none", nil, at(0), 0},
+		// Issue 28 item 12: an attempt begun inside the burst that timed
+		// out after it was not taken; stamped at its end alone it left
+		// the burst clean.
+		{"an attempt begun in the burst, failed after it", ms(0, 10, 20, 30), span(15, 500), 2},
+		{"an attempt spanning the whole burst", ms(100, 110, 120), span(50, 300), 0},
+		{"an attempt over before the burst", ms(100, 110, 120), span(0, 90), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := busiestClean(tc.at, tc.fails, 100*time.Millisecond); got != tc.want {
@@ -209,5 +225,28 @@ func TestStreamTrialAllOutlived(t *testing.T) {
 	}
 	if got.OpenAtWithdrawal == nil || *got.OpenAtWithdrawal != 2 || got.OutliveNS == nil || *got.OutliveNS != int64(3500*time.Millisecond) {
 		t.Errorf("open at withdrawal %v, outlive %v; want 2 and the floor 3.5s", got.OpenAtWithdrawal, got.OutliveNS)
+	}
+}
+
+// A re-open attempt begun among the re-opens that timed out later (issue
+// 28 item 12) makes their 100 ms unclean, though it failed outside it.
+func TestStreamTrialCleanPeakFromAttemptStart(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	var ev []load.StreamEvent
+	for slot := range 4 {
+		ev = append(ev, load.StreamEvent{Slot: slot, Kind: load.EventOpen, At: ms(slot), Pod: "a"})
+		ev = append(ev, load.StreamEvent{Slot: slot, Kind: load.EventClose, At: ms(1000), Pod: "a", How: load.CloseEOF, Code: -1})
+	}
+	// Slots 0-2 re-open on a survivor at 1010-1030; slot 3's attempt
+	// begins at 1015 and times out at 3015, then re-opens.
+	for slot := range 3 {
+		ev = append(ev, load.StreamEvent{Slot: slot, Kind: load.EventOpen, At: ms(1010 + 10*slot), Pod: "b"})
+	}
+	ev = append(ev, load.StreamEvent{Slot: 3, Kind: load.EventFail, Began: ms(1015), At: ms(3015), How: "timeout"},
+		load.StreamEvent{Slot: 3, Kind: load.EventOpen, At: ms(3020), Pod: "b"})
+	got := streamTrial(streamInput{events: ev, pod: "a", sigterm: ms(900)})
+	if got.HerdPeak != 3 || got.HerdCleanPeak != 1 {
+		t.Errorf("peak %d, clean peak %d; want 3 and 1 (only 1010 comes before the attempt that began at 1015)", got.HerdPeak, got.HerdCleanPeak)
 	}
 }

@@ -91,6 +91,11 @@ type StreamEvent struct {
 	ServerTime time.Time `json:"server_time,omitzero"`
 	// Detail is the error text of a close or failure, for humans.
 	Detail string `json:"detail,omitempty"`
+	// Began is when a failed attempt began (fail events; At is when it
+	// failed): an attempt that timed out was refused by no one for its
+	// whole span, and a 100 ms the herd was taken in "cleanly" must not
+	// overlap it.
+	Began time.Time `json:"began,omitzero"`
 }
 
 // Stream protocols (--stream-protocol).
@@ -365,6 +370,7 @@ func (h *StreamHolder) dialWebSocket(ctx context.Context, slot int, id string) (
 	if h.cfg.Host != "" {
 		header.Set("Host", h.cfg.Host) // gorilla/websocket's Host override (client.go)
 	}
+	began := h.clk.Now()
 	c, resp, err := h.dialer.DialContext(dctx, h.target, header)
 	now := h.clk.Now()
 	sc := conn.Load()
@@ -373,7 +379,7 @@ func (h *StreamHolder) dialWebSocket(ctx context.Context, slot int, id string) (
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			kind, at = statusKind(resp.StatusCode), sc.dataAt(now)
 		}
-		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: kind, Code: -1, Detail: err.Error()})
+		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, Began: began, How: kind, Code: -1, Detail: err.Error()})
 		return nil, nil, nil
 	}
 	at := sc.dataAt(now) // the 101's arrival
@@ -460,6 +466,7 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 	// in a goroutine of its own (http2Client.reader), so the last data
 	// read when a call returns may be later than the frame it returned,
 	// but never earlier, and never later than the return.
+	began := h.clk.Now()
 	var conn atomic.Pointer[stampConn]
 	opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 		c, err := h.dial(ctx, "tcp", addr)
@@ -471,7 +478,7 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 	}))
 	cc, err := grpc.NewClient("passthrough:///"+h.target, opts...)
 	if err != nil {
-		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: h.clk.Now(), How: KindOther, Code: -1, Detail: err.Error()})
+		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: h.clk.Now(), Began: began, How: KindOther, Code: -1, Detail: err.Error()})
 		return false
 	}
 	defer cc.Close()
@@ -490,7 +497,7 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 	now := h.clk.Now()
 	dcancel()
 	if err != nil {
-		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: now, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
+		h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: now, Began: began, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
 		return false
 	}
 	at := conn.Load().dataAt(now) // the headers' arrival, or later
@@ -502,7 +509,7 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 		// Header returns no error for a trailers-only or non-gRPC
 		// response); the first receive says what it was.
 		if err := st.RecvMsg(new(wrapperspb.StringValue)); err != nil {
-			h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
+			h.log(&StreamEvent{Slot: slot, Stream: id, Kind: EventFail, At: at, Began: began, How: grpcFailKind(err), Code: -1, Detail: err.Error()})
 			return false
 		}
 	}

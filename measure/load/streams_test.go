@@ -303,6 +303,11 @@ func TestStreamHolderHandshakeStatus(t *testing.T) {
 			if ev[0].Kind != EventFail || ev[0].How != "status_502" {
 				t.Fatalf("first event %+v, want a status_502 failure", ev[0])
 			}
+			// The attempt's span: a clean 100 ms of the herd must not
+			// overlap it (measure's busiestClean).
+			if e := ev[0]; e.Began.IsZero() || e.Began.After(e.At) {
+				t.Errorf("failure began %v, failed %v: want the attempt's start, no later than its failure", e.Began, e.At)
+			}
 		})
 	}
 }
