@@ -191,6 +191,29 @@ func TestRolloutTail(t *testing.T) {
 	}
 }
 
+// TestTiming: failures are collected after the last replaced pod is gone
+// for as long as attribution takes an ingress to route to a vanished
+// address (the lag), and at least minTail: with no window known the lag is
+// defaultLag, and a tail shorter than it would leave the late failures of a
+// rollout to the next one, or to none.
+func TestTiming(t *testing.T) {
+	for _, tc := range []struct {
+		window, lag, tail time.Duration
+	}{
+		{0, defaultLag, defaultLag},
+		{500 * time.Millisecond, 500 * time.Millisecond, minTail},
+		{minTail, minTail, minTail},
+		{8 * time.Second, 8 * time.Second, 8 * time.Second},
+	} {
+		t.Run(tc.window.String(), func(t *testing.T) {
+			lag, tail := timing(tc.window)
+			if lag != tc.lag || tail != tc.tail {
+				t.Errorf("timing(%s) = lag %s, tail %s; want lag %s, tail %s", tc.window, lag, tail, tc.lag, tc.tail)
+			}
+		})
+	}
+}
+
 // TestRolloutHistoryLost: a failure history that forgot failures of the
 // rollout's window fails the run, saying why.
 func TestRolloutHistoryLost(t *testing.T) {

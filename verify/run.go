@@ -39,6 +39,18 @@ const (
 	minTail = 2 * time.Second
 )
 
+// timing is a target's lag (attribution) and tail (failure collection)
+// for a window (0: none known, so defaultLag). The tail is at least the lag:
+// a failure while the ingress may still route to a vanished address is the
+// rollout's, and attribution assumes it may come that late.
+func timing(window time.Duration) (lag, tail time.Duration) {
+	lag = defaultLag
+	if window > 0 {
+		lag = window
+	}
+	return lag, max(minTail, lag)
+}
+
 // runner is one run's state.
 type runner struct {
 	cfg      Config
@@ -128,11 +140,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Report, error
 	}
 
 	if cfg.SelfTest {
-		lag := defaultLag
-		if window > 0 {
-			lag = window
-		}
-		st, err := r.selfTest(ctx, d, lag)
+		st, err := r.selfTest(ctx, d, window)
 		rep.SelfTest = st
 		if err != nil {
 			return rep, fmt.Errorf("self-test: %w", err)
@@ -144,7 +152,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Report, error
 		}
 		if window == 0 && st.WindowNS > 0 {
 			window, source = time.Duration(st.WindowNS), "self-test"
-			tg.lag, tg.tail = window, max(minTail, window)
+			tg.lag, tg.tail = timing(window)
 		}
 	}
 	rep.Shape = shapeFor(window, source, cfg.Rate, rep.Replicas)
@@ -208,11 +216,8 @@ func (r *runner) startTeam(ctx context.Context, d *appsv1.Deployment, window tim
 	if err != nil {
 		return nil, fmt.Errorf("deployment %s/%s selector: %w", d.Namespace, d.Name, err)
 	}
-	tg := &target{ns: cfg.Namespace, name: cfg.Deployment, lag: defaultLag, tail: max(minTail, window),
-		check: cfg.CheckPort != nil, res: cfg.pollInterval()}
-	if window > 0 {
-		tg.lag = window
-	}
+	tg := &target{ns: cfg.Namespace, name: cfg.Deployment, check: cfg.CheckPort != nil, res: cfg.pollInterval()}
+	tg.lag, tg.tail = timing(window)
 	if cfg.Watch {
 		tg.watch = newWatchState(d)
 	}

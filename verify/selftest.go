@@ -34,16 +34,17 @@ func (r *runner) selfTestNamespace() string { return "epwindow-verify-" + r.id }
 // behind the same ingress class, under the same load shape, in a namespace
 // it creates and deletes (also on Ctrl-C). The rollout must fail requests.
 //
-// The canary keeps its process, and so its address, for lag after SIGTERM
-// (the window the ingress may still route to it): every request routed to
+// The canary keeps its process, and so its address, for the lag after
+// SIGTERM (the window the ingress may still route to it: timing(window)): every request routed to
 // it then is refused, the failure an ingress's retries can hide. An app
 // that exits at once is no better a test: on a kubelet its exit stops the
 // pod sandbox and removes the address at once
 // (pkg/kubelet/kuberuntime/kuberuntime_manager.go, killPodWithSyncResult:
 // the containers, then StopPodSandbox), and requests to a vanished address
 // time out rather than being refused, which no ingress retry hides.
-func (r *runner) selfTest(ctx context.Context, team *appsv1.Deployment, lag time.Duration) (_ *SelfTest, err error) {
+func (r *runner) selfTest(ctx context.Context, team *appsv1.Deployment, window time.Duration) (_ *SelfTest, err error) {
 	cfg := r.cfg
+	lag, tail := timing(window)
 	ns := r.selfTestNamespace()
 	replicas := max(int32(2), team.Status.ReadyReplicas)
 	st := &SelfTest{Namespace: ns, Replicas: int(replicas)}
@@ -85,7 +86,7 @@ func (r *runner) selfTest(ctx context.Context, team *appsv1.Deployment, lag time
 	if err := r.waitRouted(ctx, tr, gen, int(replicas)); err != nil {
 		return st, err
 	}
-	tg := &target{ns: ns, name: wl.Deployment.Name, track: tr, gen: gen, lag: lag, tail: minTail, res: cfg.pollInterval()}
+	tg := &target{ns: ns, name: wl.Deployment.Name, track: tr, gen: gen, lag: lag, tail: tail, res: cfg.pollInterval()}
 	ro, err := r.rollout(ctx, tg, 0, func() {})
 	if err != nil {
 		return st, err
