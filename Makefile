@@ -153,11 +153,14 @@ vet:
 # Unit tests do not run beside the cluster build: on 2 cores both are
 # CPU-bound and the cold build needs ~3 GB, so overlapping them saves little
 # and risks the machine; after the first build `make cluster` is a relink.
-# TestComparePowerTable (docs/compare.md's power table: 4,500 seeded
-# comparisons, a third of them of 120-trial runs) is pure arithmetic on
-# one goroutine a core: about 50 s here without -race, several minutes
-# with it, and it has no shared state for -race to check, so it runs in a
-# phase of its own without it.
+# SIMULATIONS are the seeded simulations behind compare's and the drift
+# test's documented rates: TestComparePowerTable (docs/compare.md's power
+# table, 4,500 comparisons, a third of them of 120-trial runs) and the
+# drift tests (about 1,400 comparisons of up to 120 trials a side). They
+# are pure arithmetic: about 70 s here without -race, several minutes with
+# it, and nothing shared for -race to check, so they run in a phase of
+# their own without it.
+SIMULATIONS := ^(TestComparePowerTable|TestDriftFalseAlarms|TestDriftCatchesSlowMode)$$
 UNIT := $$($(GO) list ./... | grep -v /e2e)
 E2E  := $$($(GO) list ./... | grep /e2e)
 PHASES := $(BIN)/test-phases.txt
@@ -167,8 +170,8 @@ test: deps
 	@$(T) fmt-check $(MAKE) --no-print-directory fmt-check
 	@$(T) vet $(MAKE) --no-print-directory vet
 	@$(T) build $(MAKE) --no-print-directory build
-	@$(T) unit $(GO) test -race -count=1 -timeout 20m -skip '^TestComparePowerTable$$' $(UNIT)
-	@$(T) power-table $(GO) test -count=1 -run '^TestComparePowerTable$$' ./results/
+	@$(T) unit $(GO) test -race -count=1 -timeout 20m -skip '$(SIMULATIONS)' $(UNIT)
+	@$(T) simulations $(GO) test -count=1 -run '$(SIMULATIONS)' ./results/
 	@$(T) unit-localcluster sh -c 'cd internal/localcluster && $(GO) test -race -count=1 ./...'
 	@$(T) cluster $(MAKE) --no-print-directory -j2 cluster
 	@$(T) local-unit sh -c 'cd deploy/local && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(GO) test -trimpath -count=1 $(LOCAL_NORACE_PKGS)'
