@@ -14,7 +14,8 @@ import (
 // namespace (ScopeFixed, cfg.Namespace) and, for the self-test, in the
 // namespace it creates (ScopeRun). The route check also reads HTTPRoutes
 // in the namespace, and Ingresses and HTTPRoutes in every namespace to
-// name where a wrong --host leads, when allowed; those are not required.
+// find a more specific route there and to name where a wrong --host leads,
+// when allowed; those are not required.
 func Permissions(cfg Config) []deploy.Perm {
 	fixed := func(group, resource, sub, why string, verbs ...string) []deploy.Perm {
 		var out []deploy.Perm

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,30 +22,85 @@ import (
 // to.
 type backend struct {
 	// Route reads "Ingress shop/web" or "HTTPRoute shop/web".
-	Route     string
+	Route string
+	// RouteNS is the route's namespace; Namespace and Service name the
+	// Service it sends to.
+	RouteNS   string
 	Namespace string
 	Service   string
-	// score orders matches as controllers do: an exact host before a
-	// wildcard before none, then the longer path, an exact path first.
+	// score orders matches as controllers do: by host (hostScore), then
+	// the longer path, an exact path first.
 	score int
+	// The controller that serves the route: routes of different ones do
+	// not compete for a request. An Ingress's class ("": none named, so
+	// the default class, whichever that is), or an HTTPRoute's parent
+	// Gateways ("namespace/name").
+	gateway bool
+	class   string
+	parents []string
 }
 
-// hostScore is how specifically a rule's host matches host: 3 exact, 2 a
-// wildcard (one leading label, networking/v1 IngressRule.Host and
-// Gateway API hostnames alike), 1 no host (any), 0 no match.
-func hostScore(rule, host string) int {
+// hostScore is how specifically a route's host rule matches host, 0 for no
+// match: an exact host before a wildcard before none (any host), and among
+// wildcards the longer. An Ingress wildcard covers one leading label
+// (networking/v1 IngressRule.Host: "matches only a single label"); a
+// Gateway API wildcard is a suffix match of one or more labels
+// (gateway-api apis/v1/httproute_types.go, HTTPRouteSpec.Hostnames:
+// "Hostnames that are prefixed with a wildcard label (`*.`) are
+// interpreted as a suffix match. That means that a match for
+// `*.example.com` would match both `test.example.com`, and
+// `foo.test.example.com`, but not `example.com`"). The order is the Gateway
+// API's precedence across routes (same comment: "precedence must be given
+// to rules from the HTTPRoute with the largest number of: Characters in a
+// matching non-wildcard hostname. Characters in a matching hostname."), an
+// exact host being the longest non-wildcard match and no hostname none;
+// Ingress controllers rank an exact host before a wildcard before a
+// catch-all rule alike.
+func hostScore(rule, host string, gateway bool) int {
+	const exact, wildcard, catchAll = 3, 2, 1
+	// A hostname is at most 253 characters (RFC 1123): the length fits
+	// below the tier.
+	tier := func(t int) int { return t<<8 + len(rule) }
 	switch {
 	case rule == "":
-		return 1
+		return tier(catchAll)
 	case strings.EqualFold(rule, host):
-		return 3
+		return tier(exact)
 	case strings.HasPrefix(rule, "*."):
-		_, rest, ok := strings.Cut(host, ".")
-		if ok && strings.EqualFold(rest, rule[2:]) {
-			return 2
+		suffix := rule[1:] // ".example.com"
+		if gateway {
+			if len(host) > len(suffix) && strings.EqualFold(host[len(host)-len(suffix):], suffix) {
+				return tier(wildcard)
+			}
+			return 0
+		}
+		if _, rest, ok := strings.Cut(host, "."); ok && strings.EqualFold("."+rest, suffix) {
+			return tier(wildcard)
 		}
 	}
 	return 0
+}
+
+// sameController reports whether a and b may be served by one controller,
+// and so compete for a request: both Ingresses of one class (or one naming
+// none: the default class may be any), or both HTTPRoutes sharing a parent
+// Gateway (or one with no parent named).
+func sameController(a, b backend) bool {
+	if a.gateway != b.gateway {
+		return false
+	}
+	if !a.gateway {
+		return a.class == "" || b.class == "" || a.class == b.class
+	}
+	if len(a.parents) == 0 || len(b.parents) == 0 {
+		return true
+	}
+	for _, p := range a.parents {
+		if slices.Contains(b.parents, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // pathScore is how a rule's path matches p: 0 none, else the matched
@@ -76,8 +132,12 @@ func pathScore(kind, rule, p string) int {
 func ingressBackends(ing *networkingv1.Ingress, host, path string) []backend {
 	var out []backend
 	name := "Ingress " + ing.Namespace + "/" + ing.Name
+	class := ing.Annotations["kubernetes.io/ingress.class"]
+	if ing.Spec.IngressClassName != nil {
+		class = *ing.Spec.IngressClassName
+	}
 	for _, rule := range ing.Spec.Rules {
-		hs := hostScore(rule.Host, host)
+		hs := hostScore(rule.Host, host, false)
 		if hs == 0 || rule.HTTP == nil {
 			continue
 		}
@@ -87,12 +147,12 @@ func ingressBackends(ing *networkingv1.Ingress, host, path string) []backend {
 				kind = string(*p.PathType)
 			}
 			if ps := pathScore(kind, p.Path, path); ps > 0 && p.Backend.Service != nil {
-				out = append(out, backend{Route: name, Namespace: ing.Namespace, Service: p.Backend.Service.Name, score: hs<<20 + ps})
+				out = append(out, backend{Route: name, RouteNS: ing.Namespace, Namespace: ing.Namespace, Service: p.Backend.Service.Name, score: hs<<20 + ps, class: class})
 			}
 		}
 	}
 	if b := ing.Spec.DefaultBackend; b != nil && b.Service != nil {
-		out = append(out, backend{Route: name + " (default backend)", Namespace: ing.Namespace, Service: b.Service.Name})
+		out = append(out, backend{Route: name + " (default backend)", RouteNS: ing.Namespace, Namespace: ing.Namespace, Service: b.Service.Name, class: class})
 	}
 	return out
 }
@@ -101,17 +161,34 @@ func ingressBackends(ing *networkingv1.Ingress, host, path string) []backend {
 // whose hostnames and path matches take host and path.
 func httpRouteBackends(u *unstructured.Unstructured, host, path string) []backend {
 	hostnames, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "hostnames")
-	hs := 1
+	hs := hostScore("", host, true)
 	if len(hostnames) > 0 {
 		hs = 0
 		for _, h := range hostnames {
-			hs = max(hs, hostScore(h, host))
+			hs = max(hs, hostScore(h, host, true))
 		}
 	}
 	if hs == 0 {
 		return nil
 	}
 	name := "HTTPRoute " + u.GetNamespace() + "/" + u.GetName()
+	// Parents are Gateways unless a group or kind says otherwise; the
+	// namespace defaults to the route's (gateway-api ParentReference).
+	refs, _, _ := unstructured.NestedSlice(u.Object, "spec", "parentRefs")
+	var parents []string
+	for _, ref := range refs {
+		rm, _ := ref.(map[string]any)
+		kind, _, _ := unstructured.NestedString(rm, "kind")
+		if kind != "" && kind != "Gateway" {
+			continue
+		}
+		ns, _, _ := unstructured.NestedString(rm, "namespace")
+		if ns == "" {
+			ns = u.GetNamespace()
+		}
+		gw, _, _ := unstructured.NestedString(rm, "name")
+		parents = append(parents, ns+"/"+gw)
+	}
 	rules, _, _ := unstructured.NestedSlice(u.Object, "spec", "rules")
 	var out []backend
 	for _, r := range rules {
@@ -146,7 +223,8 @@ func httpRouteBackends(u *unstructured.Unstructured, host, path string) []backen
 			if ns == "" {
 				ns = u.GetNamespace()
 			}
-			out = append(out, backend{Route: name, Namespace: ns, Service: svc, score: hs<<20 + best})
+			out = append(out, backend{Route: name, RouteNS: u.GetNamespace(), Namespace: ns, Service: svc, score: hs<<20 + best,
+				gateway: true, parents: parents})
 		}
 	}
 	return out
@@ -168,25 +246,31 @@ func (c Config) routeHost() string {
 // the Service it sends to, and checks that the Service selects the
 // Deployment's pods: a wrong --host that lands on another backend
 // answering 2xx would otherwise pass every rollout while testing nothing.
-// It reads the Deployment's namespace; only to name where a wrong route
-// leads does it look in every namespace, if allowed. It returns what the
-// report says of the route.
+// It reads the Deployment's namespace and, if allowed, every namespace:
+// a more specific route elsewhere on the same controller takes the request
+// (contenders), and a wrong route is named where it leads. It returns what
+// the report says of the route.
 func (r *runner) checkRoute(ctx context.Context, d *appsv1.Deployment) (string, error) {
 	cfg := r.cfg
 	host, path := cfg.routeHost(), cfg.URL.Path
 	if path == "" {
 		path = "/"
 	}
-	found, err := r.routeBackends(ctx, d.Namespace, host, path)
+	own, err := r.routeBackends(ctx, d.Namespace, host, path)
 	if err != nil {
 		return "", err
 	}
-	if len(found) == 0 {
-		// Not in the Deployment's namespace: where does it lead?
-		if all, err := r.routeBackends(ctx, metav1.NamespaceAll, host, path); err == nil {
-			found = all
+	// Other namespaces' routes, when they may be read: where a wrong route
+	// leads, or a more specific one that wins.
+	var others []backend
+	if all, err := r.routeBackends(ctx, metav1.NamespaceAll, host, path); err == nil {
+		for _, b := range all {
+			if b.RouteNS != d.Namespace {
+				others = append(others, b)
+			}
 		}
 	}
+	found := contenders(own, others)
 	if len(found) == 0 {
 		return "", usage("no Ingress or HTTPRoute in namespace %s routes host %q path %s: check --%s and --%s, or pass --%s=false if the route is not one the cluster holds (an external load balancer)",
 			d.Namespace, host, path, FlagHost, FlagPath, FlagRouteCheck)
@@ -216,6 +300,33 @@ func (r *runner) checkRoute(ctx context.Context, d *appsv1.Deployment) (string, 
 	}
 	return "", usage("host %q path %s leads to %s, not to the pods of deployment %s/%s (labels %s): the load would test another backend; check --%s and --%s (or --%s=false)",
 		host, path, strings.Join(leads, "; "), d.Namespace, d.Name, podLabels, FlagHost, FlagPath, FlagRouteCheck)
+}
+
+// contenders are the matches the controller chooses among for the request,
+// best first: those of own (the Deployment's namespace) with the best
+// score, and every match of another namespace served by the same controller
+// as one of them; a controller routes a host across namespaces (an exact
+// host in one beats a wildcard or catch-all in another). Without a match in
+// own, every other match (to name where a wrong route leads). own and
+// others are sorted best first.
+func contenders(own, others []backend) []backend {
+	if len(own) == 0 {
+		return others
+	}
+	var top []backend
+	for _, b := range own {
+		if b.score == own[0].score {
+			top = append(top, b)
+		}
+	}
+	out := slices.Clone(top)
+	for _, b := range others {
+		if slices.ContainsFunc(top, func(o backend) bool { return sameController(o, b) }) {
+			out = append(out, b)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].score > out[j].score })
+	return out
 }
 
 // routeBackends lists the matching backends of every Ingress and HTTPRoute

@@ -95,3 +95,116 @@ func TestCheckRoute(t *testing.T) {
 		})
 	}
 }
+
+// ingressOf is an Ingress of class (nil: none named) with one rule for host
+// ("": any host), path / to svc.
+func ingressOf(ns, name, class, host, svc string) *networkingv1.Ingress {
+	ing := ingress(ns, name, host, map[string]string{"/": svc})
+	if class != "" {
+		ing.Spec.IngressClassName = &class
+	}
+	return ing
+}
+
+// gwRoute is an HTTPRoute attached to the Gateway parent ("ns/name") with
+// hostnames hosts (none: any host), path / to svc.
+func gwRoute(ns, name, parent, svc string, hosts ...string) *unstructured.Unstructured {
+	u := httpRoute(ns, name, "", svc)
+	spec := u.Object["spec"].(map[string]any)
+	if len(hosts) == 0 {
+		delete(spec, "hostnames")
+	} else {
+		hs := make([]any, len(hosts))
+		for i, h := range hosts {
+			hs[i] = h
+		}
+		spec["hostnames"] = hs
+	}
+	gwNS, gwName, _ := strings.Cut(parent, "/")
+	spec["parentRefs"] = []any{map[string]any{"namespace": gwNS, "name": gwName}}
+	return u
+}
+
+// TestCheckRoutePrecedence: hostnames match as the controller matches them
+// (a Gateway API wildcard is a suffix of one or more labels, an Ingress
+// wildcard one label), and the route the controller picks for the host
+// decides, wherever its namespace: a more specific host elsewhere, served
+// by the same controller (Ingress class, or Gateway), beats the
+// Deployment's own namespace's wildcard or catch-all.
+func TestCheckRoutePrecedence(t *testing.T) {
+	web := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}}}}}
+	services := []runtime.Object{
+		service("shop", "web", map[string]string{"app": "web"}),
+		service("other", "echo", map[string]string{"app": "echo"}),
+	}
+	for _, tc := range []struct {
+		name      string
+		host      string
+		ingresses []*networkingv1.Ingress
+		routes    []*unstructured.Unstructured
+		ok        bool
+		want      string
+	}{
+		{name: "gateway wildcard matches two labels", host: "a.b.example.com",
+			routes: []*unstructured.Unstructured{gwRoute("shop", "wild", "infra/gw", "web", "*.example.com")},
+			ok:     true, want: "HTTPRoute shop/wild -> Service shop/web selects the pods"},
+		{name: "gateway wildcard does not match its own suffix", host: "example.com",
+			routes: []*unstructured.Unstructured{gwRoute("shop", "wild", "infra/gw", "web", "*.example.com")},
+			want:   "no Ingress or HTTPRoute in namespace shop routes host"},
+		{name: "ingress wildcard matches one label only", host: "a.b.example.com",
+			ingresses: []*networkingv1.Ingress{ingressOf("shop", "wild", "skipper", "*.example.com", "web")},
+			want:      "no Ingress or HTTPRoute in namespace shop routes host"},
+		{name: "exact ingress host elsewhere beats own wildcard", host: "pay.example.com",
+			ingresses: []*networkingv1.Ingress{ingressOf("shop", "wild", "skipper", "*.example.com", "web"), ingressOf("other", "pay", "skipper", "pay.example.com", "echo")},
+			want:      "Ingress other/pay -> Service other/echo (selector app=echo)"},
+		{name: "exact ingress host elsewhere beats own catch-all", host: "pay.example.com",
+			ingresses: []*networkingv1.Ingress{ingressOf("shop", "all", "skipper", "", "web"), ingressOf("other", "pay", "skipper", "pay.example.com", "echo")},
+			want:      "Ingress other/pay -> Service other/echo"},
+		{name: "exact ingress host of another class does not compete", host: "pay.example.com",
+			ingresses: []*networkingv1.Ingress{ingressOf("shop", "wild", "skipper", "*.example.com", "web"), ingressOf("other", "pay", "traefik", "pay.example.com", "echo")},
+			ok:        true, want: "Ingress shop/wild -> Service shop/web"},
+		{name: "own exact host beats a wildcard elsewhere", host: "pay.example.com",
+			ingresses: []*networkingv1.Ingress{ingressOf("shop", "pay", "skipper", "pay.example.com", "web"), ingressOf("other", "wild", "skipper", "*.example.com", "echo")},
+			ok:        true, want: "Ingress shop/pay -> Service shop/web"},
+		{name: "exact route hostname elsewhere beats own gateway wildcard", host: "pay.example.com",
+			routes: []*unstructured.Unstructured{gwRoute("shop", "wild", "infra/gw", "web", "*.example.com"), gwRoute("other", "pay", "infra/gw", "echo", "pay.example.com")},
+			want:   "HTTPRoute other/pay -> Service other/echo"},
+		{name: "route hostname elsewhere beats own route without hostnames", host: "pay.example.com",
+			routes: []*unstructured.Unstructured{gwRoute("shop", "all", "infra/gw", "web"), gwRoute("other", "pay", "infra/gw", "echo", "*.example.com")},
+			want:   "HTTPRoute other/pay -> Service other/echo"},
+		{name: "longer gateway wildcard elsewhere beats own shorter one", host: "a.pay.example.com",
+			routes: []*unstructured.Unstructured{gwRoute("shop", "wild", "infra/gw", "web", "*.example.com"), gwRoute("other", "pay", "infra/gw", "echo", "*.pay.example.com")},
+			want:   "HTTPRoute other/pay -> Service other/echo"},
+		{name: "route on another gateway does not compete", host: "pay.example.com",
+			routes: []*unstructured.Unstructured{gwRoute("shop", "wild", "infra/gw", "web", "*.example.com"), gwRoute("other", "pay", "infra/internal", "echo", "pay.example.com")},
+			ok:     true, want: "HTTPRoute shop/wild -> Service shop/web"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := append([]runtime.Object(nil), services...)
+			for _, ing := range tc.ingresses {
+				objs = append(objs, ing)
+			}
+			var routes []runtime.Object
+			for _, r := range tc.routes {
+				routes = append(routes, r)
+			}
+			dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+				map[schema.GroupVersionResource]string{deploy.HTTPRouteResource: "HTTPRouteList"}, routes...)
+			r := &runner{cfg: Config{Client: fake.NewSimpleClientset(objs...), Dynamic: dyn, Host: tc.host, URL: &url.URL{Scheme: "http", Host: "127.0.0.1:9090", Path: "/"}}}
+			got, err := r.checkRoute(context.Background(), web)
+			var ue *UsageError
+			switch {
+			case tc.ok && err != nil:
+				t.Fatalf("refused: %v", err)
+			case !tc.ok && !errors.As(err, &ue):
+				t.Fatalf("got %q, %v; want a usage error (exit 2)", got, err)
+			case !tc.ok:
+				got = err.Error()
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("%q lacks %q", got, tc.want)
+			}
+		})
+	}
+}
