@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -46,7 +47,12 @@ type Generator struct {
 	running atomic.Bool
 	start   atomic.Pointer[time.Time]
 	// latest is the unix ns of the latest dispatch, for Totals.Rate.
-	latest                                atomic.Int64
+	latest atomic.Int64
+	// dispatched is the watermark for Settle: the scheduled instant (unix
+	// ns) of the first request not yet sent or dropped; every request due
+	// before it is in pending or has an outcome. It is math.MaxInt64 once
+	// Run dispatches no more.
+	dispatched                            atomic.Int64
 	hits, sent, dropped, inFlight         atomic.Int64
 	ok, failed, unattributed, podOverflow atomic.Int64
 	latency, lag                          histogram
@@ -133,6 +139,8 @@ func (g *Generator) Run(ctx context.Context) error {
 	}
 	start := g.clk.Now()
 	g.start.Store(&start)
+	g.dispatched.Store(start.UnixNano())
+	defer g.dispatched.Store(math.MaxInt64)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -174,6 +182,7 @@ func (g *Generator) Run(ctx context.Context) error {
 			// Open loop: never queue behind slow responses.
 			g.dropped.Add(1)
 			g.recordFailure(scheduled, KindDropped)
+			g.dispatched.Store(nextDue(g.pacer, start, hits))
 			continue
 		}
 		g.sent.Add(1)
@@ -182,6 +191,9 @@ func (g *Generator) Run(ctx context.Context) error {
 		g.mu.Lock()
 		g.pending[hits] = scheduled
 		g.mu.Unlock()
+		// After pending holds this hit: whoever reads the watermark past it
+		// finds it in pending or finished.
+		g.dispatched.Store(nextDue(g.pacer, start, hits))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -193,6 +205,16 @@ func (g *Generator) Run(ctx context.Context) error {
 			<-g.sem
 		}()
 	}
+}
+
+// nextDue is the watermark once hit number hits is dispatched: the unix ns
+// at which the next one is due, math.MaxInt64 if none can be scheduled.
+func nextDue(p ConstantPacer, start time.Time, hits uint64) int64 {
+	due, ok := p.Due(hits + 1)
+	if !ok {
+		return math.MaxInt64
+	}
+	return start.Add(due).UnixNano()
 }
 
 // hit sends one request due at scheduled and records its outcome.
@@ -334,17 +356,23 @@ func (g *Generator) succeed(scheduled, began, s, r time.Time, pod string, ns int
 	}
 }
 
-// Settle waits until every request scheduled before t has an outcome, so
-// that Failures up to t is complete: a request to a vanished pod address can
-// hang until its timeout (no route to host takes seconds) and is only then
-// filed, under its scheduled instant. It returns at once when nothing older
-// than t is in flight, and at the latest after the request timeout.
+// Settle waits until every request scheduled before t has been dispatched
+// and has an outcome, so that Failures up to t is complete: the dispatch loop
+// can wake late (a busy machine) and send a request due before t only after
+// t, and a request to a vanished pod address can hang until its timeout (no
+// route to host takes seconds) and is only then filed, under its scheduled
+// instant. It returns at once when the generator is not running, or when
+// everything due before t was dispatched and nothing older than t is in
+// flight; when t has passed on the generator's clock, at the latest after
+// the loop's wake-up and the request timeout.
 func (g *Generator) Settle(ctx context.Context, t time.Time) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		// The watermark is read before pending: a hit below it was put in
+		// pending before the watermark passed it (see Run).
+		busy := g.running.Load() && g.dispatched.Load() < t.UnixNano()
 		g.mu.Lock()
-		busy := false
 		for _, at := range g.pending {
 			if at.Before(t) {
 				busy = true

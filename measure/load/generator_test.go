@@ -508,3 +508,50 @@ func TestGeneratorSettle(t *testing.T) {
 		t.Fatalf("after Settle, %d status_502 failures before %v; want the hanging requests counted", got, until)
 	}
 }
+
+// Settle must also wait for a request that is due before its instant but not
+// yet dispatched: the dispatch loop can wake late (a busy machine), and the
+// failure of that request would then be filed after the trial read its
+// failures, outside every trial. Here the instants come from one fake clock
+// and the loop's timers from another, held back, so the generator wakes late
+// by construction.
+func TestGeneratorSettleWaitsForDispatch(t *testing.T) {
+	now := clocktesting.NewFakeClock(t0)
+	timers := clocktesting.NewFakeClock(t0)
+	g := fakeGenerator(t, Config{URL: "http://probe.test/", Rate: 10}, now,
+		func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusBadGateway, Header: http.Header{},
+				Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
+		})
+	g.timers = timers
+	stop := start(t, g)
+	defer stop()
+
+	// Hits 0 and 1 (due at 0 and 100ms) go out and fail.
+	eventually(t, "hit 0", func() bool { return g.Totals().Failed == 1 && timers.HasWaiters() })
+	now.Step(100 * time.Millisecond)
+	timers.Step(100 * time.Millisecond)
+	eventually(t, "hit 1", func() bool { return g.Totals().Failed == 2 && timers.HasWaiters() })
+
+	// The tool's clock passes end (250ms) while the loop still sleeps: hit 2,
+	// due at 200ms, is neither sent nor in flight.
+	now.Step(160 * time.Millisecond)
+	end := t0.Add(250 * time.Millisecond)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.Settle(cancelled, end); err == nil {
+		t.Fatal("Settle returned nil while a request due before end was not yet dispatched")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	settled := make(chan error, 1)
+	go func() { settled <- g.Settle(ctx, end) }()
+	timers.Step(100 * time.Millisecond)
+	if err := <-settled; err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if got := g.Failures(t0, end)["status_502"]; got != 3 {
+		t.Fatalf("after Settle, %d status_502 failures before end; want 3 (hits due at 0, 100ms, 200ms)", got)
+	}
+}
