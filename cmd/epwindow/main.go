@@ -28,6 +28,7 @@ func newApp(name string) *cli.App {
 			manifestsCommand(),
 			reportCommand(),
 			compareCommand(),
+			historyCommand(),
 			lintCommand(),
 			policyCommand(),
 			verifyCommand(),

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeHistoryRun writes testdata's run.jsonl into dir as run i of a
+// history: started i·6 h after the first, on Kubernetes version, every
+// trial's traffic end later by slow.
+func writeHistoryRun(t *testing.T, dir string, i int, version string, slow time.Duration) {
+	t.Helper()
+	data, err := os.ReadFile(testdata("run.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		switch m["kind"] {
+		case "header":
+			m["server_version"] = version
+			m["started_at"] = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 6 * time.Hour).Format(time.RFC3339)
+		case "trial":
+			for _, st := range m["stages"].([]any) {
+				s := st.(map[string]any)
+				if n := s["name"]; n == "last_request" || n == "last_accept" {
+					s["offset_ns"] = s["offset_ns"].(float64) + float64(slow)
+					at, _ := time.Parse(time.RFC3339Nano, s["at"].(string))
+					s["at"] = at.Add(slow).Format(time.RFC3339Nano)
+				}
+			}
+		}
+		b, _ := json.Marshal(m)
+		out = append(out, string(b))
+	}
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("run-%03d.jsonl", i)), []byte(strings.Join(out, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A history of 8 runs of 18 windows each: the newest is judged against
+// the 7 before it (126 trials); made 30 s slower it is worse, and
+// --fail-on-worse exits 3. A Kubernetes upgrade starts a new segment whose
+// runs are not judged until its baseline fills.
+func TestHistory(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 8 {
+		writeHistoryRun(t, dir, i, "v1.37.2", 0)
+	}
+	out, err := runApp(t, "history", dir)
+	if err != nil || !strings.Contains(out, "newest run run-007.jsonl: window same") {
+		t.Errorf("history of like runs: %v\n%s", err, out)
+	}
+	writeHistoryRun(t, dir, 8, "v1.37.2", 30*time.Second)
+	out, err = runApp(t, "history", "--fail-on-worse", dir)
+	if code := exitCode(err); code != exitThreshold || !strings.Contains(out, "newest run run-008.jsonl: window worse") || !strings.Contains(out, "window: worse") {
+		t.Errorf("history with a slow newest run: exit %d (%v), want %d and the window worse\n%s", code, err, exitThreshold, out)
+	}
+	writeHistoryRun(t, dir, 9, "v1.38.0", 0)
+	out, err = runApp(t, "history", "--fail-on-worse", dir)
+	if err != nil || !strings.Contains(out, "changed: kubernetes: v1.37.2 → v1.38.0") || !strings.Contains(out, "not judged: the baseline needs 120 trials more") {
+		t.Errorf("history after an upgrade: %v, want the change named and the newest run not judged\n%s", err, out)
+	}
+}
+
+func TestHistoryBadInput(t *testing.T) {
+	empty := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"history"}, "want a history folder"},
+		{[]string{"history", empty}, "holds no results file"},
+		{[]string{"history", filepath.Join(empty, "nope")}, "no such file"},
+		{[]string{"history", "--baseline-trials", "0", empty}, "--baseline-trials 0"},
+		{[]string{"history", "--format", "yaml", empty}, "--format"},
+	} {
+		_, err := runApp(t, tc.args...)
+		if code := exitCode(err); code != exitUsage || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: exit %d (%v), want %d saying %q", tc.args, code, err, exitUsage, tc.want)
+		}
+	}
+}
