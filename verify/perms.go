@@ -33,7 +33,9 @@ func Permissions(cfg Config) []deploy.Perm {
 	}
 	var ps []deploy.Perm
 	ps = append(ps, fixed("apps", "deployments", "", "the Deployment: read, and followed through its rollouts", "get")...)
-	if !cfg.Watch {
+	if cfg.Watch {
+		ps = append(ps, fixed("apps", "replicasets", "", "--watch: the new template's ReplicaSet, whose pods are not replaced ones", "list")...)
+	} else {
 		ps = append(ps, fixed("apps", "deployments", "", "the restart annotation (kubectl rollout restart), the only change verify makes", "patch")...)
 	}
 	ps = append(ps, fixed("", "pods", "", "the Deployment's pods: deletions, readiness and exit codes", "list", "watch")...)

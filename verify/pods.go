@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,9 @@ type podState struct {
 	name string
 	uid  types.UID
 	ip   string
+	// hash is the pod-template-hash label: the ReplicaSet, so the
+	// template, the pod is of.
+	hash string
 	// seen: first event; ready: first event with Ready=True; deleted: first
 	// event with a deletionTimestamp; gone: the DELETED event; leftSlices:
 	// after deleted, the first instant no EndpointSlice lists ip as ready.
@@ -108,6 +112,9 @@ func (t *tracker) onPod(now time.Time, o any, deleted bool) {
 	}
 	if p.Status.PodIP != "" {
 		s.ip = p.Status.PodIP
+	}
+	if h := p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]; h != "" {
+		s.hash = h
 	}
 	if s.ready.IsZero() && podReady(p) && p.DeletionTimestamp == nil {
 		s.ready = now

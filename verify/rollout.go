@@ -79,6 +79,11 @@ type target struct {
 type watchState struct {
 	gen  int64
 	tmpl corev1.PodTemplateSpec
+	// since is when the last read of the Deployment that still showed tmpl
+	// was sent: the next template change came after it, so a pod deleted
+	// before it was not replaced by that change. Zero: any deleted pod of
+	// an older template may have been (a rollout in progress at start).
+	since time.Time
 	// inProgress: a template rollout was already running when verify
 	// started; the first rollout waited for is that one.
 	inProgress bool
@@ -107,22 +112,20 @@ func (r *runner) rollout(ctx context.Context, tg *target, n int, started func())
 	begin := r.clk.Now()
 	deadline := begin.Add(r.cfg.Timeout)
 	for {
-		old := tg.track.alive()
-		okBefore := tg.gen.Totals().OK
-		// mixed: old holds pods of the new template too (a rollout already
-		// in progress when --watch started); only its deleted ones were
-		// replaced.
-		mixed := false
+		var old map[types.UID]podState
+		var okBefore int64
+		var since time.Time
 		if tg.watch != nil {
-			var err error
-			if mixed, err = r.waitTemplateChange(ctx, c, tg, n, deadline); err != nil {
+			if err := r.waitTemplateChange(ctx, c, tg, n, deadline); err != nil {
 				return ro, err
 			}
-			// The replaced pods are those alive when the new template was
-			// seen; the wait may have been long.
-			old = tg.track.alive()
+			since = tg.watch.since
 			okBefore = tg.gen.Totals().OK
 		} else {
+			// Before the restart every pod is of the current template (the
+			// last rollout completed): those alive are the ones replaced.
+			old = tg.track.alive()
+			okBefore = tg.gen.Totals().OK
 			if err := ctx.Err(); err != nil {
 				return ro, context.Cause(ctx)
 			}
@@ -138,13 +141,28 @@ func (r *runner) rollout(ctx context.Context, tg *target, n int, started func())
 		}
 		ro.Started = r.clk.Now()
 		r.say("rollout %d of %s/%s: started", n, tg.ns, tg.name)
-		lastGone, err := r.follow(ctx, c, tg, &ro, old, mixed, deadline)
+		d, err := r.waitComplete(ctx, c, tg, &ro, deadline)
 		if err != nil {
 			return ro, err
 		}
+		if tg.watch != nil {
+			// The change was noticed up to a poll after it happened: the
+			// new template's first pods may be there already. The replaced
+			// pods are those of every other template.
+			if old, err = r.replaced(ctx, tg, d, since); err != nil {
+				return ro, err
+			}
+		}
+		lastGone := r.clk.Now()
+		if ro.Complete {
+			if lastGone, err = r.waitGone(ctx, tg, &ro, old, deadline); err != nil {
+				return ro, err
+			}
+		}
 		if tg.watch != nil && ro.Complete && !anyDeleted(tg.track.snapshot(), old) {
 			// The generation moved and the rollout completed, but no pod was
-			// replaced (a scale, not a template change): not a rollout.
+			// replaced (a scale, or a template changed and changed back
+			// between two polls): not a rollout.
 			r.say("rollout %d of %s/%s: no pod was replaced (a scale?); still waiting", n, tg.ns, tg.name)
 			ro = Rollout{N: n}
 			continue
@@ -178,33 +196,94 @@ func (r *runner) rollout(ctx context.Context, tg *target, n int, started func())
 // differs from the one last seen, or returns at once for a rollout already
 // in progress when verify started. A new generation with the same template
 // (an HPA or a person scaling) is remembered and waited past.
-func (r *runner) waitTemplateChange(ctx context.Context, c deploymentGetter, tg *target, n int, deadline time.Time) (inProgress bool, _ error) {
+func (r *runner) waitTemplateChange(ctx context.Context, c deploymentGetter, tg *target, n int, deadline time.Time) error {
 	w := tg.watch
 	if w.inProgress {
 		w.inProgress = false
 		r.say("rollout %d of %s/%s: already in progress when verify started; following it", n, tg.ns, tg.name)
-		return true, nil
+		return nil
 	}
 	r.say("waiting for rollout %d of %s/%s to start elsewhere (--%s, up to --%s %s)", n, tg.ns, tg.name, FlagWatch, FlagTimeout, r.cfg.Timeout)
 	for {
+		sent := r.clk.Now()
 		d, err := c.Get(ctx, tg.name, metav1.GetOptions{})
 		if err != nil {
-			return false, fmt.Errorf("get deployment %s/%s: %w", tg.ns, tg.name, err)
+			return fmt.Errorf("get deployment %s/%s: %w", tg.ns, tg.name, err)
 		}
-		if d.Generation != w.gen {
-			changed := !apiequality.Semantic.DeepEqual(d.Spec.Template, w.tmpl)
-			w.gen, w.tmpl = d.Generation, *d.Spec.Template.DeepCopy()
-			if changed {
-				return false, nil
-			}
+		changed := d.Generation != w.gen && !apiequality.Semantic.DeepEqual(d.Spec.Template, w.tmpl)
+		w.gen, w.tmpl = d.Generation, *d.Spec.Template.DeepCopy()
+		if changed {
+			return nil
 		}
+		w.since = sent
 		if err := r.sleep(ctx, deadline); err != nil {
 			if ctx.Err() != nil {
-				return false, context.Cause(ctx)
+				return context.Cause(ctx)
 			}
-			return false, fmt.Errorf("no rollout of %s/%s started within --%s %s: %w", tg.ns, tg.name, FlagTimeout, r.cfg.Timeout, err)
+			return fmt.Errorf("no rollout of %s/%s started within --%s %s: %w", tg.ns, tg.name, FlagTimeout, r.cfg.Timeout, err)
 		}
 	}
+}
+
+// replaced is the pods a --watch rollout of d replaced: every pod not of
+// its new ReplicaSet that was not deleted before since. Pods of an older
+// template created during the rollout count too (a template changed twice
+// within it: the controller scales the middle one down). When the new
+// ReplicaSet is not found (a rollout that did not complete, its
+// ReplicaSet not yet made), the pods not deleted before since are taken.
+func (r *runner) replaced(ctx context.Context, tg *target, d *appsv1.Deployment, since time.Time) (map[types.UID]podState, error) {
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("deployment %s/%s selector: %w", tg.ns, tg.name, err)
+	}
+	rss, err := r.cfg.Client.AppsV1().ReplicaSets(tg.ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("list replicasets of deployment %s/%s (the new template's pods are not replaced ones): %w", tg.ns, tg.name, err)
+	}
+	hash, _ := newReplicaSetHash(d, rss.Items)
+	return replacedPods(tg.track.snapshot(), hash, since), nil
+}
+
+// newReplicaSetHash is the pod-template-hash of d's new ReplicaSet: the one
+// d controls whose template is d's but for that label, as the Deployment
+// controller finds it (pkg/controller/deployment/util/deployment_util.go,
+// FindNewReplicaSet and EqualIgnoreHash).
+func newReplicaSetHash(d *appsv1.Deployment, rss []appsv1.ReplicaSet) (string, bool) {
+	for i := range rss {
+		rs := &rss[i]
+		if !metav1.IsControlledBy(rs, d) {
+			continue
+		}
+		tmpl := rs.Spec.Template.DeepCopy()
+		hash := tmpl.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
+		delete(tmpl.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
+		if len(tmpl.Labels) == 0 {
+			tmpl.Labels = nil
+		}
+		want := d.Spec.Template.DeepCopy()
+		if len(want.Labels) == 0 {
+			want.Labels = nil
+		}
+		if hash != "" && apiequality.Semantic.DeepEqual(*tmpl, *want) {
+			return hash, true
+		}
+	}
+	return "", false
+}
+
+// replacedPods are the pods of pods of a template other than newHash's
+// ("": not known, so any) and not deleted before since. A pod without a
+// pod-template-hash is no ReplicaSet's (one matching the selector by
+// chance): the rollout does not replace it.
+func replacedPods(pods map[types.UID]podState, newHash string, since time.Time) map[types.UID]podState {
+	out := map[types.UID]podState{}
+	for uid, p := range pods {
+		if newHash != "" && (p.hash == newHash || p.hash == "") || !p.deleted.IsZero() && p.deleted.Before(since) {
+			continue
+		}
+		out[uid] = p
+	}
+	return out
 }
 
 // deploymentGetter is the part of the Deployments client a rollout reads.
@@ -212,44 +291,50 @@ type deploymentGetter interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*appsv1.Deployment, error)
 }
 
-// follow waits for the rollout to complete, as kubectl rollout status says,
-// then for the replaced pods to be gone, and returns when the last one went
-// (or now, when the rollout did not complete).
-func (r *runner) follow(ctx context.Context, c deploymentGetter, tg *target, ro *Rollout, old map[types.UID]podState, mixed bool, deadline time.Time) (time.Time, error) {
-	n := ro.N
+// waitComplete waits for the rollout to complete, as kubectl rollout
+// status says, or fail, and returns the Deployment as last read. With
+// --watch, the template it completed with is the one the next rollout
+// changes (a second change within this rollout is this rollout's).
+func (r *runner) waitComplete(ctx context.Context, c deploymentGetter, tg *target, ro *Rollout, deadline time.Time) (*appsv1.Deployment, error) {
 	for {
+		sent := r.clk.Now()
 		d, err := c.Get(ctx, tg.name, metav1.GetOptions{})
 		if err != nil {
-			return time.Time{}, fmt.Errorf("get deployment %s/%s: %w", tg.ns, tg.name, err)
+			return nil, fmt.Errorf("get deployment %s/%s: %w", tg.ns, tg.name, err)
 		}
 		done, failed := rolloutComplete(d)
 		if done {
 			ro.Complete = true
 			ro.DurationNS = int64(r.clk.Since(ro.Started))
-			break
+			if w := tg.watch; w != nil {
+				w.gen, w.tmpl, w.since = d.Generation, *d.Spec.Template.DeepCopy(), sent
+			}
+			return d, nil
 		}
 		if failed != "" {
 			ro.Condition = failed
-			break
+			return d, nil
 		}
 		if err := r.sleep(ctx, deadline); err != nil {
 			if ctx.Err() != nil {
-				return time.Time{}, context.Cause(ctx)
+				return nil, context.Cause(ctx)
 			}
 			ro.Condition = fmt.Sprintf("not complete after --%s %s: %d of %d replicas updated, %d available",
 				FlagTimeout, r.cfg.Timeout, d.Status.UpdatedReplicas, replicasOf(d), d.Status.AvailableReplicas)
-			break
+			return d, nil
 		}
 	}
-	if !ro.Complete {
-		return r.clk.Now(), nil
-	}
+}
+
+// waitGone waits, after a complete rollout, for the replaced pods (old) to
+// be gone, and returns when the last one went; when they are not gone by
+// the deadline the rollout is not complete.
+func (r *runner) waitGone(ctx context.Context, tg *target, ro *Rollout, old map[types.UID]podState, deadline time.Time) (time.Time, error) {
 	// The replaced pods' exit codes are in their last status, before the
 	// object goes.
-	r.say("rollout %d of %s/%s: complete in %s; waiting for the replaced pods to go", n, tg.ns, tg.name, ro.Duration().Round(time.Millisecond))
+	r.say("rollout %d of %s/%s: complete in %s; waiting for the replaced pods to go", ro.N, tg.ns, tg.name, ro.Duration().Round(time.Millisecond))
 	for {
-		pods := tg.track.snapshot()
-		if last, ok := lastGone(pods, old, mixed); ok {
+		if last, ok := lastGone(tg.track.snapshot(), old); ok {
 			if last.IsZero() {
 				last = r.clk.Now()
 			}
@@ -290,14 +375,12 @@ func replicasOf(d *appsv1.Deployment) int32 {
 }
 
 // lastGone reports whether every pod of old is gone, and when the last one
-// went (the tracker's DELETED event). With mixed, old holds new pods of a
-// rollout already in progress when --watch started: only its deleted pods
-// were replaced, and the ones never deleted are not waited for.
-func lastGone(now, old map[types.UID]podState, mixed bool) (time.Time, bool) {
+// went (the tracker's DELETED event).
+func lastGone(now, old map[types.UID]podState) (time.Time, bool) {
 	var last time.Time
 	for uid := range old {
 		p, ok := now[uid]
-		if !ok || mixed && p.deleted.IsZero() {
+		if !ok {
 			continue
 		}
 		if p.gone.IsZero() {

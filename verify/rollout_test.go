@@ -351,8 +351,7 @@ func TestWatchTemplateChange(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.waitTemplateChange(context.Background(), client.AppsV1().Deployments(testNS), tg, 1, t0.Add(time.Minute))
-		done <- err
+		done <- r.waitTemplateChange(context.Background(), client.AppsV1().Deployments(testNS), tg, 1, t0.Add(time.Minute))
 	}()
 	update := func(edit func(*appsv1.Deployment)) {
 		cur, err := client.AppsV1().Deployments(testNS).Get(context.Background(), testName, metav1.GetOptions{})

@@ -227,6 +227,11 @@ func (r *runner) startTeam(ctx context.Context, d *appsv1.Deployment, window tim
 		cancel()
 		return nil, err
 	}
+	if w := tg.watch; w != nil && !w.inProgress {
+		// Pods already terminating now are of a rollout that ended before
+		// verify started, not of the next one.
+		w.since = r.clk.Now()
+	}
 	// The team's app answers without the probe's header: those 2xx are
 	// successes, kept out of the failure history (load.Config).
 	gen, err := load.New(load.Config{URL: cfg.URL.String(), Host: cfg.Host, Rate: cfg.Rate, Timeout: cfg.LoadTimeout,
