@@ -6,5 +6,6 @@
 // GET at a low rate, which Skipper's retries of refused connections leave
 // blind to the self-test's canary; and https, through a Go TLS front and
 // through Traefik's TLS entry point (Traefik runs beside Skipper for it,
-// routing only class traefik). One cluster start for all.
+// routing only class traefik); and --watch, following rollouts restarted
+// from outside (TestVerifyWatch). One cluster start for all.
 package e2e

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -28,6 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/epwindow/epwindow/deploy"
@@ -195,6 +197,31 @@ func probeCmd(extra ...string) []string {
 // and returns its JSON report, stderr and exit code.
 func run(t *testing.T, ns string, args ...string) (*verify.Report, string, int) {
 	t.Helper()
+	return runHooked(t, ns, nil, args...)
+}
+
+// lineHook calls fn with each whole line written to it.
+type lineHook struct {
+	fn  func(string)
+	buf []byte
+}
+
+func (h *lineHook) Write(p []byte) (int, error) {
+	h.buf = append(h.buf, p...)
+	for {
+		i := bytes.IndexByte(h.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		h.fn(string(h.buf[:i]))
+		h.buf = h.buf[i+1:]
+	}
+}
+
+// runHooked is run with onLine (if not nil) called with each line verify
+// writes to stderr (its progress) as it is written.
+func runHooked(t *testing.T, ns string, onLine func(string), args ...string) (*verify.Report, string, int) {
+	t.Helper()
 	junitFile := filepath.Join(t.TempDir(), "verify.xml")
 	all := append([]string{"verify", "--kubeconfig", cluster.Kubeconfig, "-n", ns, "--url", cluster.IngressURL,
 		"--host", ns + ".local", "--format", "json", "--timeout", "2m", "--junit", junitFile}, args...)
@@ -204,6 +231,9 @@ func run(t *testing.T, ns string, args ...string) (*verify.Report, string, int) 
 	cmd := exec.CommandContext(ctx, e2etest.Bin(t), all...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if onLine != nil {
+		cmd.Stderr = io.MultiWriter(&stderr, &lineHook{fn: onLine})
+	}
 	began := time.Now()
 	err := cmd.Run()
 	code := 0
@@ -593,6 +623,109 @@ func TestVerify(t *testing.T) {
 		}
 		leftovers(t)
 	})
+}
+
+// TestVerifyWatch: --watch follows rollouts restarted from outside, as a
+// CD pipeline or kubectl rollout restart does (the same template
+// annotation, patched through client-go): rollout 1 one restart; rollout 2
+// two restarts 300 ms apart, the second during the rollout the first
+// started (one rollout with two template changes); rollout 3 one more
+// restart, sent a second after verify says it waits for it. The base
+// manifest's maxSurge 1 makes the new template's first pod at once, most
+// often before verify's next 250 ms poll notices the change: that pod is
+// not a replaced one, and each rollout must end when the old template's
+// pods are gone, not at --timeout. Rollout 3 must start at its own
+// restart, not at rollout 2's second template (which rollout 2 completed
+// with).
+func TestVerifyWatch(t *testing.T) {
+	const ns = "team-watch"
+	team(t, ns, goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+		c.Command = probeCmd("--exit-on-sigterm")
+		c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+	})
+	c := client(t)
+	// restart is kubectl rollout restart's patch, but at nanoseconds:
+	// kubectl writes whole seconds, so two restarts within a second would
+	// be one template.
+	restart := func() time.Time {
+		sent := time.Now()
+		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, verify.RestartAnnotation, sent.Format(time.RFC3339Nano))
+		if _, err := c.AppsV1().Deployments(ns).Patch(context.Background(), "team", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Errorf("restart %s/team: %v", ns, err)
+		}
+		return sent
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		sent = map[int]time.Time{} // rollout -> its first restart
+	)
+	// What the pipeline does once verify says it waits for rollout n.
+	plays := map[int]func() time.Time{
+		1: restart,
+		2: func() time.Time {
+			first := restart()
+			time.Sleep(300 * time.Millisecond)
+			restart()
+			return first
+		},
+		3: func() time.Time {
+			// Long after verify's first poll: a rollout 3 that starts at
+			// once is not this restart's.
+			time.Sleep(time.Second)
+			return restart()
+		},
+	}
+	// onLine runs on the one goroutine that copies verify's stderr.
+	onLine := func(line string) {
+		for n, play := range plays {
+			if !strings.HasPrefix(line, fmt.Sprintf("waiting for rollout %d of ", n)) {
+				continue
+			}
+			delete(plays, n)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				at := play()
+				mu.Lock()
+				sent[n] = at
+				mu.Unlock()
+			}()
+		}
+	}
+	rep, _, code := runHooked(t, ns, onLine, "--watch", "--method", "POST", "--rate", "50", "--rollouts", "3", "--self-test=false")
+	wg.Wait()
+	if len(rep.Rollouts) != 3 {
+		t.Fatalf("exit %d, rollouts %+v; want 3", code, rep.Rollouts)
+	}
+	failed := 0
+	for _, ro := range rep.Rollouts {
+		failed += ro.Outcomes.Failures()
+		if !ro.Complete || ro.Condition != "" {
+			t.Errorf("rollout %d: complete %v, condition %q; want complete (the new template's pods are not waited for)", ro.N, ro.Complete, ro.Condition)
+		}
+		// A rollout drains in about two pod terminations (preStop, then
+		// exit) after two new pods are Ready: far below --timeout 2m. A
+		// drain of a minute is a wait for a pod that was not replaced.
+		if d := time.Duration(ro.DrainedNS); d <= 0 || d > time.Minute {
+			t.Errorf("rollout %d: drained in %s", ro.N, d)
+		}
+		mu.Lock()
+		restarted := sent[ro.N]
+		mu.Unlock()
+		if restarted.IsZero() || ro.Started.Before(restarted) {
+			t.Errorf("rollout %d started at %s, before its restart at %s", ro.N, ro.Started.Format(time.StampMilli), restarted.Format(time.StampMilli))
+		}
+	}
+	// As in TestVerify's good case, the preStop covers this cluster's
+	// window, not every window: a failed request fails the gate (exit 3)
+	// for that reason alone.
+	switch {
+	case failed == 0 && code != 0:
+		t.Fatalf("exit %d with no failed request, want 0; verdict %+v", code, rep.Verdict)
+	case failed > 0 && (code != 3 || len(rep.Verdict.Reasons) != 1):
+		t.Fatalf("exit %d with %d failed requests, want 3 for them alone; verdict %+v", code, failed, rep.Verdict)
+	}
 }
 
 func deployment(t *testing.T, ns string) *appsv1.Deployment {
