@@ -45,6 +45,8 @@ command -v ip >/dev/null || pkgs+=(iproute2)
 # nft command (nftables mode, the default) or iptables-restore (iptables).
 command -v nft >/dev/null || pkgs+=(nftables)
 command -v iptables-restore >/dev/null || pkgs+=(iptables)
+# promtool checks the alert rules epwindow ships (deploy/monitoring).
+command -v promtool >/dev/null || pkgs+=(prometheus)
 [ -z "$(missing_plugins)" ] || [ -x "$CNI_PKG_DIR/bridge" ] || pkgs+=("$CNI_PKG")
 
 if [ ${#pkgs[@]} -gt 0 ]; then

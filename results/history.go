@@ -268,6 +268,15 @@ func DriftOf(runs []HistoryRun, o DriftOptions) *Drift {
 	return d
 }
 
+// WindowSummary is the newest run's window side: its runs pooled and
+// summarised (nil when the history is empty).
+func (d *Drift) WindowSummary() *Summary {
+	if len(d.Tests) == 0 {
+		return nil
+	}
+	return pooled(d.Runs, d.Latest.Window)
+}
+
 // windowTrials counts the trials of f that measured the window.
 func windowTrials(f *File) int {
 	n := 0

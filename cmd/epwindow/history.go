@@ -1,14 +1,21 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/epwindow/epwindow/monitor"
 	"github.com/epwindow/epwindow/results"
 )
 
@@ -17,6 +24,9 @@ const (
 	flagBaselineTrials = "baseline-trials"
 	flagWindowTrials   = "window-trials"
 	flagFailOnWorse    = "fail-on-worse"
+	flagServe          = "serve"
+	flagRefresh        = "refresh"
+	flagDocumented     = "documented-prestop"
 )
 
 func historyCommand() *cli.Command {
@@ -25,7 +35,8 @@ func historyCommand() *cli.Command {
 		Usage:     "judge the newest of a history of runs against the pooled runs before it; exit 3 with --fail-on-worse",
 		ArgsUsage: "DIR|RESULTS...",
 		UsageText: `epwindow history /var/lib/epwindow/history
-   epwindow history --fail-on-worse --baseline-trials 120 runs/*.jsonl`,
+   epwindow history --fail-on-worse --baseline-trials 120 runs/*.jsonl
+   epwindow history --serve :9090 --documented-prestop 5s /var/lib/epwindow/history   # Prometheus metrics`,
 		Description: `Reads every results file of a history (a folder's *.jsonl, or the files named), in the order
 the runs started, and splits it where the settings that shape the window changed (Kubernetes
 version, ingress controller, its version and settings, route, observers, hold): runs of different
@@ -34,14 +45,19 @@ judged as a scheduled run is: its window pools the newest runs up to --window-tr
 a baseline of the --baseline-trials before them (compare's tests on the window); once a run is
 worse, the baseline stays before that change, so a lasting regression stays reported. 120 trials a
 side catch a +30 s slow mode in 10% of deletions within a few runs of 10 trials (docs/compare.md).
-Exit codes: 0 judged (or not yet judgeable), 2 bad input, 3 the newest run is worse and
---fail-on-worse is set.`,
+With --serve the history is also served as Prometheus metrics (OpenMetrics) on /metrics, read
+again every --refresh; deploy/monitoring has a PodMonitor and alert rules for them.
+Exit codes: 0 judged (or not yet judgeable; with --serve: stopped), 2 bad input, 3 the newest run
+is worse and --fail-on-worse is set.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text or json"},
 			wideFlag(),
 			&cli.IntFlag{Name: flagBaselineTrials, Value: results.DefaultBaselineTrials, Usage: "trials the baseline pools; runs with fewer before them are not judged"},
 			&cli.IntFlag{Name: flagWindowTrials, Value: results.DefaultWindowTrials, Usage: "most trials the newest runs pool against the baseline"},
 			&cli.BoolFlag{Name: flagFailOnWorse, Usage: "exit 3 when the newest run's window is worse than its baseline"},
+			&cli.StringFlag{Name: flagServe, Usage: "serve the history's metrics on this address's /metrics until stopped, e.g. :9090"},
+			&cli.DurationFlag{Name: flagRefresh, Value: time.Minute, Usage: "with --serve: how often the history is read again"},
+			&cli.DurationFlag{Name: flagDocumented, Usage: "the preStop the platform documents, exported for the alert on the window's bound"},
 		},
 		OnUsageError: usageError("history"),
 		Action:       runHistory,
@@ -90,18 +106,47 @@ func runHistory(c *cli.Context) error {
 			return cli.Exit(fmt.Sprintf("epwindow history: --%s %d: want a positive number of trials", f.name, f.v), exitUsage)
 		}
 	}
-	files, err := historyFiles(c.Args().Slice())
+	if c.Duration(flagRefresh) <= 0 {
+		return cli.Exit(fmt.Sprintf("epwindow history: --%s %v: want a positive duration", flagRefresh, c.Duration(flagRefresh)), exitUsage)
+	}
+	if c.Duration(flagDocumented) < 0 {
+		return cli.Exit(fmt.Sprintf("epwindow history: --%s %v: must not be negative", flagDocumented, c.Duration(flagDocumented)), exitUsage)
+	}
+	runs, err := loadHistory(c.Args().Slice())
 	if err != nil {
 		return cli.Exit("epwindow history: "+err.Error(), exitUsage)
+	}
+	d := results.DriftOf(runs, o)
+	render := results.NewDriftTextReporter(d, textWidth(c, c.App.Writer))
+	if format == "json" {
+		render = results.NewDriftJSONReporter(d)
+	}
+	if err := render(c.App.Writer); err != nil {
+		return cli.Exit("epwindow history: "+err.Error(), exitFailure)
+	}
+	if addr := c.String(flagServe); addr != "" {
+		return serveHistory(c, addr, d, o)
+	}
+	if c.Bool(flagFailOnWorse) && d.Latest.Verdict == results.Worse {
+		return cli.Exit(fmt.Sprintf("epwindow history: %s: the window is worse than its baseline of %d trials", runs[d.Latest.Run].Name, d.Latest.BaselineN), exitThreshold)
+	}
+	return nil
+}
+
+// loadHistory reads the runs of args (see historyFiles), oldest first.
+func loadHistory(args []string) ([]results.HistoryRun, error) {
+	files, err := historyFiles(args)
+	if err != nil {
+		return nil, err
 	}
 	var runs []results.HistoryRun
 	for _, path := range files {
 		file, err := readResults(path, os.Stdin)
 		if err != nil {
-			return cli.Exit("epwindow history: "+err.Error(), exitUsage)
+			return nil, err
 		}
 		if file.Header == nil {
-			return cli.Exit(fmt.Sprintf("epwindow history: %s has no header record: a history needs each run's settings and start (measure's JSON lines)", path), exitUsage)
+			return nil, fmt.Errorf("%s has no header record: a history needs each run's settings and start (measure's JSON lines)", path)
 		}
 		runs = append(runs, results.HistoryRun{Name: filepath.Base(path), File: file})
 	}
@@ -111,16 +156,44 @@ func runHistory(c *cli.Context) error {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	d := results.DriftOf(runs, o)
-	render := results.NewDriftTextReporter(d, textWidth(c, c.App.Writer))
-	if format == "json" {
-		render = results.NewDriftJSONReporter(d)
+	return runs, nil
+}
+
+// serveHistory serves the metrics of the history (first d) on addr's
+// /metrics until the command's context ends, reading the history again
+// every --refresh; a read that fails is reported and the last state kept.
+func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.DriftOptions) error {
+	coll := monitor.NewCollector(c.Duration(flagDocumented))
+	coll.Update(d)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(coll)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("epwindow history: --%s %s: %v", flagServe, addr, err), exitUsage)
 	}
-	if err := render(c.App.Writer); err != nil {
-		return cli.Exit("epwindow history: "+err.Error(), exitFailure)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(c.App.ErrWriter, "epwindow history: serving metrics on http://%s/metrics\n", ln.Addr())
+	tick := time.NewTicker(c.Duration(flagRefresh))
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.Context.Done():
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return srv.Shutdown(ctx)
+		case err := <-served:
+			return cli.Exit("epwindow history: serve: "+err.Error(), exitFailure)
+		case <-tick.C:
+			runs, err := loadHistory(c.Args().Slice())
+			if err != nil {
+				fmt.Fprintf(c.App.ErrWriter, "epwindow history: read again: %v (serving the last state)\n", err)
+				continue
+			}
+			coll.Update(results.DriftOf(runs, o))
+		}
 	}
-	if c.Bool(flagFailOnWorse) && d.Latest.Verdict == results.Worse {
-		return cli.Exit(fmt.Sprintf("epwindow history: %s: the window is worse than its baseline of %d trials", runs[d.Latest.Run].Name, d.Latest.BaselineN), exitThreshold)
-	}
-	return nil
 }

@@ -1,13 +1,21 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/urfave/cli/v2"
 )
 
 // writeHistoryRun writes testdata's run.jsonl into dir as run i of a
@@ -88,5 +96,87 @@ func TestHistoryBadInput(t *testing.T) {
 		if code := exitCode(err); code != exitUsage || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: exit %d (%v), want %d saying %q", tc.args, code, err, exitUsage, tc.want)
 		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the app's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// --serve: the history's metrics in OpenMetrics on /metrics, read again
+// every --refresh: a slow run added to the folder turns the verdict worse
+// on a later scrape. The command stops cleanly with its context.
+func TestHistoryServe(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 8 {
+		writeHistoryRun(t, dir, i, "v1.37.2", 0)
+	}
+	var out, errOut syncBuffer
+	app := newApp("epwindow")
+	app.Writer, app.ErrWriter = &out, &errOut
+	app.ExitErrHandler = func(*cli.Context, error) {}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runCLI(ctx, app, []string{"epwindow", "history", "--serve", "127.0.0.1:0", "--refresh", "50ms", "--documented-prestop", "5s", dir})
+	}()
+	addr := regexp.MustCompile(`serving metrics on (http://\S+/metrics)`)
+	scrape := func(want string) string {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var body string
+			if m := addr.FindStringSubmatch(errOut.String()); m != nil {
+				req, _ := http.NewRequest(http.MethodGet, m[1], nil)
+				req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					body = string(b)
+					if strings.Contains(body, want) {
+						return body
+					}
+				}
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("history --serve ended: %v\n%s", err, errOut.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the metrics within 20 s:\n%s\nstderr:\n%s", want, body, errOut.String())
+			}
+		}
+	}
+	body := scrape(`epwindow_drift_verdict{verdict="same"} 1`)
+	for _, want := range []string{"# EOF", "epwindow_documented_prestop_seconds 5", `epwindow_stage_seconds_bucket{stage="window",le="3.0"}`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	writeHistoryRun(t, dir, 8, "v1.37.2", 30*time.Second)
+	scrape(`epwindow_drift_verdict{verdict="worse"} 1`)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("history --serve stopped with %v, want a clean stop", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("history --serve did not stop with its context")
 	}
 }

@@ -1,0 +1,179 @@
+package monitor
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/epwindow/epwindow/results"
+)
+
+// StageBuckets are the histogram buckets of the stage durations, in
+// seconds: a propagation window is tens of milliseconds to a minute (the
+// default hold), and a poll-driven controller's lands in whole seconds.
+var StageBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120}
+
+// Verdicts are the values of the drift verdict's label, one of them 1.
+var Verdicts = []string{"worse", "same", "better", "not_judged"}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("epwindow_"+name, help, labels, nil)
+}
+
+var (
+	descStage = desc("stage_seconds",
+		"Offset of each stage from the deletion, over the trials of the newest runs the drift test pools (a trial cut at the hold counts at its seen value).", "stage")
+	descPreStop  = desc("recommended_prestop_seconds", "The preStop sleep the newest runs recommend.")
+	descGrace    = desc("recommended_termination_grace_period_seconds", "The terminationGracePeriodSeconds the newest runs recommend.")
+	descBound    = desc("window_bound_seconds", "Upper confidence bound of the window the preStop covers (traffic end after the preStop call), from the newest runs.")
+	descCovers   = desc("window_bound_covers", "The share of deletions the window bound covers, at the confidence of epwindow_window_bound_confidence (below the asked quantile when the runs are too few).")
+	descConf     = desc("window_bound_confidence", "The confidence of the window bound.")
+	descFloor    = desc("window_bound_is_floor", "1 when the window bound fell on a trial cut at the hold: it and the recommendation are only floors.")
+	descCensored = desc("censored_trials", "Trials of the newest runs cut at the hold.")
+	descTrials   = desc("window_trials", "Trials of the newest runs pooled against the baseline (the window side).")
+	descBase     = desc("baseline_trials", "Trials in the pooled baseline the newest runs were compared with.")
+	descVerdict  = desc("drift_verdict", "The newest run's drift verdict on the window against the pooled baseline: 1 for the verdict it got.", "verdict")
+	descHeld     = desc("drift_baseline_held", "1 when the baseline is held before an earlier run judged worse.")
+	descDoc      = desc("documented_prestop_seconds", "The preStop the platform documents (--documented-prestop), for alerting when the window bound exceeds it.")
+	descLastRun  = desc("last_run_start_timestamp_seconds", "When the newest run started, in seconds since the epoch.")
+	descRuns     = desc("history_runs", "Runs in the history, all segments.")
+	descSegRuns  = desc("segment_runs", "Runs since the settings that shape the window last changed.")
+	descObsBytes = desc("observer_read_bytes_per_minute", "Bytes the newest run read per minute from an observed controller (the run's own cost).", "observer")
+)
+
+// Collector is a prometheus.Collector of a history's newest state. Update
+// replaces the state; scrapes read the last one.
+type Collector struct {
+	documented time.Duration
+
+	mu      sync.Mutex
+	metrics []prometheus.Metric
+}
+
+// NewCollector returns a Collector with no history yet; documented is the
+// preStop the platform documents (0: not exported).
+func NewCollector(documented time.Duration) *Collector {
+	return &Collector{documented: documented}
+}
+
+// Describe sends every metric's description.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descStage, descPreStop, descGrace, descBound, descCovers, descConf, descFloor,
+		descCensored, descTrials, descBase, descVerdict, descHeld, descDoc, descLastRun, descRuns, descSegRuns, descObsBytes} {
+		ch <- d
+	}
+}
+
+// Collect sends the metrics of the last Update.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.metrics {
+		ch <- m
+	}
+}
+
+// Update computes the metrics of history d.
+func (c *Collector) Update(d *results.Drift) {
+	ms := Metrics(d, c.documented)
+	c.mu.Lock()
+	c.metrics = ms
+	c.mu.Unlock()
+}
+
+// Metrics are the metrics of history d, documented the platform's preStop
+// (0: none).
+func Metrics(d *results.Drift, documented time.Duration) []prometheus.Metric {
+	var out []prometheus.Metric
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		out = append(out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...))
+	}
+	if documented > 0 {
+		gauge(descDoc, documented.Seconds())
+	}
+	gauge(descRuns, float64(len(d.Runs)))
+	if len(d.Segments) == 0 {
+		return out
+	}
+	seg := d.Segments[len(d.Segments)-1]
+	gauge(descSegRuns, float64(seg.Last-seg.First+1))
+	l := d.Latest
+	newest := d.Runs[l.Run].File.Header
+	gauge(descLastRun, float64(newest.StartedAt.UnixNano())/1e9)
+	for _, o := range newest.Observers {
+		if o.BytesPerMinute > 0 {
+			gauge(descObsBytes, o.BytesPerMinute, o.Name)
+		}
+	}
+	verdict := "not_judged"
+	switch l.Verdict {
+	case results.Worse, results.Same, results.Better:
+		verdict = string(l.Verdict)
+	}
+	for _, v := range Verdicts {
+		gauge(descVerdict, b2f(v == verdict), v)
+	}
+	gauge(descHeld, b2f(l.Frozen))
+	gauge(descTrials, float64(l.WindowN))
+	gauge(descBase, float64(l.BaselineN))
+
+	s := d.WindowSummary()
+	doc := s.Doc()
+	gauge(descCensored, float64(doc.Censored))
+	for _, name := range s.Metrics() {
+		if !isStage(name) {
+			continue
+		}
+		values, _ := s.Samples(name)
+		out = append(out, histogram(name, values))
+	}
+	if r := doc.Recommendation; r != nil {
+		gauge(descPreStop, float64(r.PreStopSeconds))
+		gauge(descGrace, float64(r.GraceSeconds))
+		gauge(descBound, time.Duration(r.CoverNS).Seconds())
+		gauge(descCovers, r.Bound.Covers)
+		gauge(descConf, r.Bound.Confidence)
+		gauge(descFloor, b2f(r.LowerBound()))
+	}
+	return out
+}
+
+// isStage reports whether a summary metric is a stage or the window (not
+// a stage-to-stage delta, nor the 1 s cross-check server_delete_time,
+// negative by construction): the histograms are per stage.
+func isStage(name string) bool {
+	if name == results.StageServerDeleteTime {
+		return false
+	}
+	for _, p := range results.Points {
+		if p == name {
+			return true
+		}
+	}
+	return false
+}
+
+// histogram is a constant histogram of values (nanoseconds) over
+// StageBuckets.
+func histogram(stage string, values []float64) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(StageBuckets))
+	sum := 0.0
+	for _, v := range values {
+		sec := v / 1e9
+		sum += sec
+		for _, b := range StageBuckets {
+			if sec <= b {
+				buckets[b]++
+			}
+		}
+	}
+	return prometheus.MustNewConstHistogram(descStage, uint64(len(values)), sum, buckets, stage)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

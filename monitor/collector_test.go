@@ -1,0 +1,91 @@
+package monitor
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/epwindow/epwindow/results"
+)
+
+// history is n copies of results' testdata run, 6 h apart.
+func history(t *testing.T, n int) *results.Drift {
+	t.Helper()
+	var runs []results.HistoryRun
+	for i := range n {
+		f, err := os.Open("../results/testdata/run.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		file, err := results.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		file.Header.StartedAt = file.Header.StartedAt.Add(time.Duration(i) * 6 * time.Hour)
+		runs = append(runs, results.HistoryRun{Name: "run", File: file})
+	}
+	return results.DriftOf(runs, results.DriftOptions{})
+}
+
+// The metrics pass Prometheus' own naming lint (promlint: units, suffixes,
+// help), and say what the history says: the recommendation of the newest
+// runs pooled, the window histogram over their trials, the verdict one-hot.
+func TestCollector(t *testing.T) {
+	d := history(t, 8)
+	c := NewCollector(4 * time.Second)
+	c.Update(d)
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	s := d.WindowSummary()
+	r := s.Doc().Recommendation
+	if r == nil {
+		t.Fatal("no recommendation from the pooled runs")
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	w, _ := s.Dist(results.PointWindow)
+	want := `
+# HELP epwindow_recommended_prestop_seconds The preStop sleep the newest runs recommend.
+# TYPE epwindow_recommended_prestop_seconds gauge
+epwindow_recommended_prestop_seconds ` + strconv.FormatInt(r.PreStopSeconds, 10) + `
+# HELP epwindow_documented_prestop_seconds The preStop the platform documents (--documented-prestop), for alerting when the window bound exceeds it.
+# TYPE epwindow_documented_prestop_seconds gauge
+epwindow_documented_prestop_seconds 4
+# HELP epwindow_drift_verdict The newest run's drift verdict on the window against the pooled baseline: 1 for the verdict it got.
+# TYPE epwindow_drift_verdict gauge
+epwindow_drift_verdict{verdict="better"} 0
+epwindow_drift_verdict{verdict="not_judged"} 0
+epwindow_drift_verdict{verdict="same"} 1
+epwindow_drift_verdict{verdict="worse"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "epwindow_recommended_prestop_seconds",
+		"epwindow_documented_prestop_seconds", "epwindow_drift_verdict"); err != nil {
+		t.Error(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "epwindow_stage_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == results.PointWindow && int(m.GetHistogram().GetSampleCount()) != w.N {
+				t.Errorf("window histogram counts %d trials, the pooled runs have %d", m.GetHistogram().GetSampleCount(), w.N)
+			}
+		}
+	}
+}
+
