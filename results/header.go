@@ -92,20 +92,24 @@ type Route struct {
 type Observer struct {
 	Name string `json:"name"`
 	// ResolutionNS is how finely its upstream_removed instants resolve: the
-	// poll interval plus the p99 poll time measured before the first trial
-	// (files before the poll figures hold the interval alone).
+	// p99 spacing kept between polls (at least the interval; more after a
+	// back-off) plus the p99 poll time, measured before the first trial
+	// (files before the poll figures hold the interval alone). A trial's
+	// upstream_last_present uncertainty is the same figure at its end.
 	ResolutionNS int64             `json:"resolution_ns"`
 	Settings     map[string]string `json:"settings,omitempty"`
 	// The poll figures behind ResolutionNS (additive within schema 2):
 	// the interval asked for, the polls made before the header was
 	// written, how many took longer than the interval (each followed by a
 	// back-off), the p99 (nearest rank; the maximum below 100 polls) and
-	// longest poll time, and the bytes read from the controller per minute.
+	// longest poll time, the p99 start-to-start spacing the polls kept,
+	// and the bytes read from the controller per minute.
 	IntervalNS     int64   `json:"interval_ns,omitempty"`
 	Polls          int     `json:"polls,omitempty"`
 	Overruns       int     `json:"overruns,omitempty"`
 	PollP99NS      int64   `json:"poll_p99_ns,omitempty"`
 	PollMaxNS      int64   `json:"poll_max_ns,omitempty"`
+	PollSpacingNS  int64   `json:"poll_spacing_ns,omitempty"`
 	BytesPerMinute float64 `json:"bytes_per_minute,omitempty"`
 }
 

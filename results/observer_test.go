@@ -17,6 +17,11 @@ func TestObserverPart(t *testing.T) {
 			"observer skipper every 1s, resolves 1.2s (poll p99 200ms)"},
 		{Observer{Name: "traefik", ResolutionNS: int64(2500 * time.Millisecond), IntervalNS: int64(time.Second), PollP99NS: int64(1500 * time.Millisecond), Overruns: 3},
 			"observer traefik every 1s, resolves 2.5s (poll p99 1.5s, 3 over the interval)"},
+		// Polls kept further apart than the interval (after overruns) say so:
+		// the resolution is that spacing plus the poll time.
+		{Observer{Name: "traefik", ResolutionNS: int64(4500 * time.Millisecond), IntervalNS: int64(time.Second), PollP99NS: int64(1500 * time.Millisecond),
+			PollSpacingNS: int64(3 * time.Second), Overruns: 3},
+			"observer traefik every 1s, resolves 4.5s (poll p99 1.5s, 3 over the interval, polls kept 3s apart)"},
 	} {
 		if got := observerPart(tc.o); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)

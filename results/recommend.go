@@ -136,14 +136,11 @@ func (s *Summary) recommend() *Recommendation {
 		r.Basis = StageSigterm
 	}
 	r.MarginNS, r.MarginFrom = int64(o.Margin), "the least margin"
-	if res := s.Header.WorstResolution(); res > o.Margin {
+	if res, name := s.worstResolution(); res > o.Margin {
 		r.MarginNS = int64(res)
 		r.MarginFrom = "worst observer resolution"
-		for _, ob := range s.Header.Observers {
-			if ob.Resolution() == res {
-				r.MarginFrom = fmt.Sprintf("observer %s resolution", ob.Name)
-				break
-			}
+		if name != "" {
+			r.MarginFrom = fmt.Sprintf("observer %s resolution", name)
 		}
 	}
 	r.PreStopSeconds = ceilSeconds(max(time.Duration(r.CoverNS), 0) + time.Duration(r.MarginNS))
@@ -254,4 +251,34 @@ func fmtDur(ns int64) string {
 // trimFloat renders 99 as "99" and 99.9 as "99.9".
 func trimFloat(f float64) string {
 	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", f), "0"), ".")
+}
+
+// worstResolution is the coarsest observer resolution of the run and the
+// observer's name ("" if unknown): the header's, measured before the first
+// trial, or a trial's upstream_last_present uncertainty, the resolution at
+// that trial's end — coarser when the controller slowed down during the
+// trials and the observer's polls were kept further apart (the tracker backs
+// off after an overrun: measure/upstream/budget.go, nextPoll).
+func (s *Summary) worstResolution() (time.Duration, string) {
+	worst, name := s.Header.WorstResolution(), ""
+	if s.Header != nil {
+		for _, ob := range s.Header.Observers {
+			if ob.Resolution() == worst {
+				name = ob.Name
+				break
+			}
+		}
+	}
+	for _, r := range s.records {
+		for _, st := range r.Stages {
+			if st.Name != StageUpstreamLastSeen || time.Duration(st.UncertaintyNS) <= worst {
+				continue
+			}
+			worst, name = time.Duration(st.UncertaintyNS), ""
+			if ob, _, ok := strings.Cut(st.Key, "/"); ok {
+				name = ob
+			}
+		}
+	}
+	return worst, name
 }

@@ -613,5 +613,10 @@ func observerPart(o Observer) string {
 	if o.Overruns > 0 {
 		s += fmt.Sprintf(", %d over the interval", o.Overruns)
 	}
+	// The spacing kept is the interval give or take the ticker's jitter
+	// unless the tracker backed off after an overrun: only then is it news.
+	if sp := time.Duration(o.PollSpacingNS); sp > time.Duration(o.IntervalNS) && o.Overruns > 0 {
+		s += fmt.Sprintf(", polls kept %s apart", sp.Round(time.Millisecond))
+	}
 	return s + ")"
 }

@@ -164,6 +164,15 @@ func TestRecommendation(t *testing.T) {
 			cover: 1900 * ms, margin: 3 * time.Second, prestop: 5, grace: 20, caveat: "observer skipper resolution",
 		},
 		{
+			// The header's resolution is measured before the first trial;
+			// a controller that slowed down later (polls overran and the
+			// tracker backed off) shows in the trials' upstream stages,
+			// whose uncertainty is the resolution at the trial's end.
+			name: "a coarser resolution kept during the trials raises the margin",
+			h:    header, trials: slowedObserver(ten(50*ms), 4500*ms), basis: StagePrestopCalled,
+			cover: 1900 * ms, margin: 4500 * ms, prestop: 7, grace: 22, caveat: "observer skipper resolution",
+		},
+		{
 			name: "flags beat the header's drain",
 			h:    header, opts: Options{Drain: 30 * time.Second, Headroom: 500 * ms, Margin: 4 * time.Second}, trials: ten(50 * ms),
 			basis: StagePrestopCalled, cover: 1900 * ms, margin: 4 * time.Second, prestop: 6, grace: 37, caveat: "the least margin",
@@ -231,4 +240,15 @@ func TestLegacyReasonsClassified(t *testing.T) {
 	if s.Doc().Censored != 1 {
 		t.Errorf("censored %d, want the v1 hold trial", s.Doc().Censored)
 	}
+}
+
+// slowedObserver gives each trial a skipper upstream_last_present stage whose
+// uncertainty grows to worst at the last trial.
+func slowedObserver(trials []*Record, worst time.Duration) []*Record {
+	for i, r := range trials {
+		u := st(StageUpstreamLastSeen, "skipper/skipper-0", 500*time.Millisecond)
+		u.UncertaintyNS = int64(worst) * int64(i+1) / int64(len(trials))
+		r.Stages = append(r.Stages, u)
+	}
+	return trials
 }

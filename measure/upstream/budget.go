@@ -46,13 +46,20 @@ type PollStats struct {
 	// it stretched.
 	Gap       time.Duration
 	Stretched int
+	// Spacing is the 99th percentile (nearest rank, as P99) of the
+	// start-to-start spacing the polls kept, over the last pollWindow
+	// spacings: the interval, or more after an overrun (2×took, nextPoll)
+	// or a stretch of the byte budget. 0 before a second poll.
+	Spacing time.Duration
 }
 
 // Resolution is how finely the observer's readings resolve a change: a
 // change can fall just after a poll's request reached the controller and is
-// seen only by the next poll's answer, up to one interval plus one poll
-// time later (p99 of the poll time, so 1 reading in 100 can be coarser).
-func (s PollStats) Resolution() time.Duration { return max(s.Interval, s.Gap) + s.P99 }
+// seen only by the next poll's answer, up to one spacing plus one poll time
+// later. The spacing is the one kept (p99, at least the interval and the
+// budget's gap), not the one asked for: a poll that overran is followed by
+// twice its time (nextPoll). p99s, so 1 reading in 100 can be coarser.
+func (s PollStats) Resolution() time.Duration { return max(s.Interval, s.Gap, s.Spacing) + s.P99 }
 
 // BytesPerMinute is the observer's read traffic: each poll's bytes over
 // the time until the next poll began (Paced), the rate a controller sees
@@ -72,8 +79,8 @@ func (s PollStats) BytesPerMinute() float64 {
 
 // pollLog keeps the recent poll times and running totals for PollStats.
 type pollLog struct {
-	took      []time.Duration // ring of the last pollWindow polls
-	next      int
+	took      ring // the last pollWindow poll times
+	spacing   ring // the last pollWindow start-to-start spacings
 	polls     int
 	overruns  int
 	max       time.Duration
@@ -88,14 +95,11 @@ type pollLog struct {
 
 func (l *pollLog) add(start, end time.Time, bytes int64, overrun bool) {
 	d := end.Sub(start)
-	if len(l.took) < pollWindow {
-		l.took = append(l.took, d)
-	} else {
-		l.took[l.next] = d
-		l.next = (l.next + 1) % pollWindow
-	}
+	l.took.add(d)
 	if l.polls == 0 {
 		l.first = start
+	} else {
+		l.spacing.add(start.Sub(l.lastStart))
 	}
 	l.polls++
 	l.last = end
@@ -114,15 +118,36 @@ func (l *pollLog) stats(interval time.Duration) PollStats {
 	if l.polls > 1 {
 		s.Paced.Bytes, s.Paced.Span = l.bytes-l.lastBytes, l.lastStart.Sub(l.first)
 	}
-	if n := len(l.took); n > 0 {
-		sorted := slices.Clone(l.took)
-		slices.Sort(sorted)
-		// Nearest rank: the smallest value with at least 99% of the polls
-		// at or below it.
-		k := (99*n + 99) / 100
-		s.P99 = sorted[k-1]
-	}
+	s.P99, s.Spacing = l.took.p99(), l.spacing.p99()
 	return s
+}
+
+// ring keeps the last pollWindow durations added.
+type ring struct {
+	d    []time.Duration
+	next int
+}
+
+func (r *ring) add(d time.Duration) {
+	if len(r.d) < pollWindow {
+		r.d = append(r.d, d)
+		return
+	}
+	r.d[r.next] = d
+	r.next = (r.next + 1) % pollWindow
+}
+
+// p99 is the nearest-rank 99th percentile, the smallest value with at
+// least 99% of the kept ones at or below it (their maximum below 100); 0
+// when empty.
+func (r *ring) p99() time.Duration {
+	n := len(r.d)
+	if n == 0 {
+		return 0
+	}
+	sorted := slices.Clone(r.d)
+	slices.Sort(sorted)
+	return sorted[(99*n+99)/100-1]
 }
 
 // nextPoll is when the poll after one that started at start and took took

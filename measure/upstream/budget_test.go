@@ -45,31 +45,41 @@ func TestPollStats(t *testing.T) {
 	ms := time.Millisecond
 	for _, tc := range []struct {
 		name    string
-		took    []time.Duration // poll times, one poll a second
+		took    []time.Duration // poll times, spaced as Run spaces them (nextPoll)
 		wantP99 time.Duration
+		wantRes time.Duration // 0: interval + p99
 	}{
 		// Fewer than 100 polls: nearest rank is the maximum.
-		{"50 polls", ramp(50, ms), 50 * ms},
+		{"50 polls", ramp(50, ms), 50 * ms, 0},
 		// 200 polls of 1..200 ms: the 198th value.
-		{"200 polls", ramp(200, ms), 198 * ms},
+		{"200 polls", ramp(200, ms), 198 * ms, 0},
 		// The window keeps the last pollWindow polls: an early slow poll
 		// falls out of the quantile (not out of Max).
-		{"window", append([]time.Duration{time.Minute}, ramp(pollWindow, time.Microsecond)...), time.Duration(pollWindow*99/100+1) * time.Microsecond},
+		{"window", append([]time.Duration{time.Minute}, ramp(pollWindow, time.Microsecond)...), time.Duration(pollWindow*99/100+1) * time.Microsecond, 0},
+		// Every poll overran (1.5 s at a 1 s interval): kept 3 s apart,
+		// the resolution is that spacing plus the poll time.
+		{"overruns", []time.Duration{1500 * ms, 1500 * ms, 1500 * ms, 1500 * ms}, 1500 * ms, 4500 * ms},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var l pollLog
 			var bytes int64
-			for i, d := range tc.took {
-				s := t0.Add(time.Duration(i) * time.Minute)
-				l.add(s, s.Add(d), 1000, d > time.Second)
+			s := t0
+			for _, d := range tc.took {
+				next, overrun := nextPoll(s, d, time.Second)
+				l.add(s, s.Add(d), 1000, overrun)
 				bytes += 1000
+				s = next
 			}
 			st := l.stats(time.Second)
 			if st.P99 != tc.wantP99 || st.Polls != len(tc.took) || st.Bytes != bytes {
 				t.Errorf("p99 %s, polls %d, bytes %d; want %s, %d, %d", st.P99, st.Polls, st.Bytes, tc.wantP99, len(tc.took), bytes)
 			}
-			if st.Resolution() != time.Second+tc.wantP99 {
-				t.Errorf("resolution %s, want interval + p99 %s", st.Resolution(), time.Second+tc.wantP99)
+			wantRes := tc.wantRes
+			if wantRes == 0 {
+				wantRes = time.Second + tc.wantP99
+			}
+			if st.Resolution() != wantRes {
+				t.Errorf("resolution %s, want %s", st.Resolution(), wantRes)
 			}
 			var longest time.Duration
 			for _, d := range tc.took {
@@ -197,8 +207,11 @@ func TestTrackerBacksOff(t *testing.T) {
 	cancel()
 	<-done
 	st := tr.Stats()
-	if st.Polls != 4 || st.Overruns != 4 || st.P99 != obs.took || st.Resolution() != time.Second+obs.took || st.Bytes != 400 {
-		t.Errorf("stats %+v, want 4 polls, 4 overruns, p99 %s, 400 bytes", st, obs.took)
+	// The polls were kept 2×took apart, not an interval: a change just
+	// after one poll's request reached the controller shows only in the
+	// answer of the poll 2×took later, which took took.
+	if st.Polls != 4 || st.Overruns != 4 || st.P99 != obs.took || st.Spacing != 2*obs.took || st.Resolution() != 3*obs.took || st.Bytes != 400 {
+		t.Errorf("stats %+v, want 4 polls, 4 overruns, p99 %s, spacing %s, resolution %s, 400 bytes", st, obs.took, 2*obs.took, 3*obs.took)
 	}
 	mu.Lock()
 	defer mu.Unlock()
