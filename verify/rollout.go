@@ -210,10 +210,12 @@ func (r *runner) waitTemplateChange(ctx context.Context, c deploymentGetter, tg 
 		if err != nil {
 			return fmt.Errorf("get deployment %s/%s: %w", tg.ns, tg.name, err)
 		}
-		changed := d.Generation != w.gen && !apiequality.Semantic.DeepEqual(d.Spec.Template, w.tmpl)
-		w.gen, w.tmpl = d.Generation, *d.Spec.Template.DeepCopy()
-		if changed {
-			return nil
+		if d.Generation != w.gen {
+			changed := !apiequality.Semantic.DeepEqual(d.Spec.Template, w.tmpl)
+			w.gen, w.tmpl = d.Generation, *d.Spec.Template.DeepCopy()
+			if changed {
+				return nil
+			}
 		}
 		w.since = sent
 		if err := r.sleep(ctx, deadline); err != nil {
