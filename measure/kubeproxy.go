@@ -63,9 +63,9 @@ func kubeProxyFigures(r io.Reader, kp *results.KubeProxy) error {
 	if !ok {
 		return fmt.Errorf("kube-proxy metrics have no %s: is this kube-proxy's metrics endpoint?", metricSyncDuration)
 	}
-	kp.Syncs, kp.SyncMeanNS, kp.SyncP99UpperNS = histogramFigures(h)
+	kp.Syncs, kp.SyncMeanNS, kp.SyncP99UpperNS, kp.SyncP99AboveNS = histogramFigures(h)
 	if h, ok := histogram(fams, metricNetworkProgramming); ok {
-		kp.NetworkProgrammings, kp.NetworkProgrammingMeanNS, kp.NetworkProgrammingP99UpperNS = histogramFigures(h)
+		kp.NetworkProgrammings, kp.NetworkProgrammingMeanNS, kp.NetworkProgrammingP99UpperNS, kp.NetworkProgrammingP99AboveNS = histogramFigures(h)
 	}
 	return nil
 }
@@ -104,37 +104,59 @@ func histogram(fams map[string]*dto.MetricFamily, name string) (*dto.Histogram, 
 
 // histogramFigures are a histogram's count, mean, and the upper bound of
 // the first bucket whose cumulative count reaches 99% of the count (the
-// p99 is at or below it; +Inf means above the last finite bucket, given as
-// 0: unknown).
-func histogramFigures(h *dto.Histogram) (count int64, meanNS, p99UpperNS int64) {
+// p99 is at or below it). When that bucket is +Inf, p99UpperNS is 0 and
+// p99AboveNS the largest finite bound, which the p99 exceeds (0 when the
+// histogram has no finite bucket).
+func histogramFigures(h *dto.Histogram) (count int64, meanNS, p99UpperNS, p99AboveNS int64) {
 	n := h.GetSampleCount()
 	if n == 0 {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	meanNS = int64(h.GetSampleSum() / float64(n) * 1e9)
 	need := uint64(math.Ceil(0.99 * float64(n)))
-	best := math.Inf(1)
+	best, finite := math.Inf(1), math.Inf(-1)
 	for _, b := range h.GetBucket() {
-		if b.GetCumulativeCount() >= need && b.GetUpperBound() < best {
-			best = b.GetUpperBound()
+		ub := b.GetUpperBound()
+		if b.GetCumulativeCount() >= need && ub < best {
+			best = ub
+		}
+		if !math.IsInf(ub, 1) && ub > finite {
+			finite = ub
 		}
 	}
-	if !math.IsInf(best, 1) {
+	switch {
+	case !math.IsInf(best, 1):
 		p99UpperNS = int64(best * 1e9)
+	case !math.IsInf(finite, -1):
+		p99AboveNS = int64(finite * 1e9)
 	}
-	return int64(n), meanNS, p99UpperNS
+	return int64(n), meanNS, p99UpperNS, p99AboveNS
 }
 
-// kubeProxyLine reads "kube-proxy syncs 2,310 mean 180ms p99 ≤ 500ms".
+// kubeProxyLine reads "kube-proxy: 2310 syncs, mean 180ms, p99 ≤ 500ms".
 func kubeProxyLine(kp results.KubeProxy) string {
 	if kp.Err != "" {
 		return "kube-proxy metrics at " + kp.URL + " unreadable: " + kp.Err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "kube-proxy: %d syncs, mean %s, p99 ≤ %s", kp.Syncs, time.Duration(kp.SyncMeanNS).Round(time.Millisecond), time.Duration(kp.SyncP99UpperNS))
+	fmt.Fprintf(&b, "kube-proxy: %d syncs, mean %s, %s", kp.Syncs, time.Duration(kp.SyncMeanNS).Round(time.Millisecond),
+		p99Bound(kp.SyncP99UpperNS, kp.SyncP99AboveNS))
 	if kp.NetworkProgrammings > 0 {
-		fmt.Fprintf(&b, "; network programming (creations and updates): %d, mean %s, p99 ≤ %s", kp.NetworkProgrammings,
-			time.Duration(kp.NetworkProgrammingMeanNS).Round(time.Millisecond), time.Duration(kp.NetworkProgrammingP99UpperNS))
+		fmt.Fprintf(&b, "; network programming (creations and updates): %d, mean %s, %s", kp.NetworkProgrammings,
+			time.Duration(kp.NetworkProgrammingMeanNS).Round(time.Millisecond), p99Bound(kp.NetworkProgrammingP99UpperNS, kp.NetworkProgrammingP99AboveNS))
 	}
 	return b.String()
+}
+
+// p99Bound says what a histogram's buckets tell of its p99: "p99 ≤ 512ms",
+// "p99 > 16.384s" when it lies in the +Inf bucket, "p99 unknown" when the
+// histogram has no finite bucket.
+func p99Bound(upperNS, aboveNS int64) string {
+	switch {
+	case upperNS > 0:
+		return "p99 ≤ " + time.Duration(upperNS).String()
+	case aboveNS > 0:
+		return "p99 > " + time.Duration(aboveNS).String()
+	}
+	return "p99 unknown"
 }

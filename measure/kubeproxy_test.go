@@ -73,3 +73,32 @@ func TestReadKubeProxy(t *testing.T) {
 		t.Errorf("metrics without kube-proxy's histogram: %v", err)
 	}
 }
+
+// A p99 beyond the last finite bucket is not "≤ 0s": the line says it is
+// above that bucket, and the header keeps the bucket.
+func TestKubeProxyP99InInf(t *testing.T) {
+	const body = `# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="0.256"} 90
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="0.512"} 95
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="+Inf"} 100
+kubeproxy_sync_proxy_rules_duration_seconds_sum 80
+kubeproxy_sync_proxy_rules_duration_seconds_count 100
+# TYPE kubeproxy_network_programming_duration_seconds histogram
+kubeproxy_network_programming_duration_seconds_bucket{le="1"} 1
+kubeproxy_network_programming_duration_seconds_bucket{le="2"} 2
+kubeproxy_network_programming_duration_seconds_bucket{le="+Inf"} 10
+kubeproxy_network_programming_duration_seconds_sum 70
+kubeproxy_network_programming_duration_seconds_count 10
+`
+	var kp results.KubeProxy
+	if err := kubeProxyFigures(strings.NewReader(body), &kp); err != nil {
+		t.Fatal(err)
+	}
+	if kp.SyncP99UpperNS != 0 || kp.SyncP99AboveNS != int64(512*time.Millisecond) || kp.NetworkProgrammingP99AboveNS != int64(2*time.Second) {
+		t.Errorf("figures %+v: want no upper bound, above 512ms and 2s", kp)
+	}
+	line := kubeProxyLine(kp)
+	if strings.Contains(line, "≤ 0s") || !strings.Contains(line, "p99 > 512ms") || !strings.Contains(line, "p99 > 2s") {
+		t.Errorf("line %q: want p99 > 512ms and p99 > 2s", line)
+	}
+}

@@ -13,9 +13,12 @@ type KubeProxy struct {
 	// Syncs counts kubeproxy_sync_proxy_rules_duration_seconds observations
 	// (one per full or partial sync), SyncMeanNS their mean and
 	// SyncP99UpperNS the upper bound of the bucket that holds their p99.
+	// When the p99 lies in the +Inf bucket, SyncP99UpperNS is 0 and
+	// SyncP99AboveNS the largest finite bound, which the p99 exceeds.
 	Syncs          int64 `json:"syncs,omitempty"`
 	SyncMeanNS     int64 `json:"sync_mean_ns,omitempty"`
 	SyncP99UpperNS int64 `json:"sync_p99_upper_ns,omitempty"`
+	SyncP99AboveNS int64 `json:"sync_p99_above_ns,omitempty"`
 	// NetworkProgramming* are the same for
 	// kubeproxy_network_programming_duration_seconds, the histogram
 	// ClusterLoader2's NetworkProgrammingLatency reads: from an endpoint
@@ -24,4 +27,5 @@ type KubeProxy struct {
 	NetworkProgrammings          int64 `json:"network_programmings,omitempty"`
 	NetworkProgrammingMeanNS     int64 `json:"network_programming_mean_ns,omitempty"`
 	NetworkProgrammingP99UpperNS int64 `json:"network_programming_p99_upper_ns,omitempty"`
+	NetworkProgrammingP99AboveNS int64 `json:"network_programming_p99_above_ns,omitempty"`
 }

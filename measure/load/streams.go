@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -109,8 +111,12 @@ type StreamConfig struct {
 	// URL is where the streams go (--url): http or https; a WebSocket goes
 	// to its host at probe.PathStream, a gRPC stream to its host:port.
 	URL string
-	// Host, if set, is the Host header (WebSocket) or :authority (gRPC).
+	// Host, if set, is the Host header (WebSocket) or :authority (gRPC),
+	// and the TLS server name of an https URL.
 	Host string
+	// TLS configures gRPC streams to an https URL (ALPN h2, server name
+	// from Host or the URL); nil uses the system roots.
+	TLS *tls.Config
 	// Protocol is ProtocolWebSocket or ProtocolGRPC.
 	Protocol string
 	// Streams is how many streams to hold open (--streams).
@@ -152,6 +158,8 @@ type StreamHolder struct {
 	cfg    StreamConfig
 	clk    clock.PassiveClock
 	target string // ws://host/stream or host:port
+	// grpcTLS is the TLS of gRPC streams to an https URL, nil for h2c.
+	grpcTLS *tls.Config
 	// nonce tells this holder's stream ids from other holders' (the tool
 	// and each runner hold streams to the same pods).
 	nonce string
@@ -201,10 +209,41 @@ func NewStreamHolder(cfg StreamConfig, clk clock.PassiveClock) (*StreamHolder, e
 	} else {
 		h.target = u.Host
 		if u.Port() == "" {
-			h.target = u.Hostname() + ":80"
+			h.target = net.JoinHostPort(u.Hostname(), defaultPort(u.Scheme))
+		}
+		if u.Scheme == "https" {
+			h.grpcTLS = grpcTLSConfig(cfg, u)
 		}
 	}
 	return h, nil
+}
+
+// defaultPort is the port of an http(s) URL that names none.
+func defaultPort(scheme string) string {
+	if scheme == "https" {
+		return "443"
+	}
+	return "80"
+}
+
+// grpcTLSConfig is the TLS a gRPC stream to the https URL u speaks: cfg.TLS
+// (or the system roots) with the server name the Host override names, as
+// the load generator's transport sets it (newTransport), else the URL's.
+func grpcTLSConfig(cfg StreamConfig, u *url.URL) *tls.Config {
+	c := &tls.Config{}
+	if cfg.TLS != nil {
+		c = cfg.TLS.Clone()
+	}
+	if c.ServerName == "" {
+		c.ServerName = u.Hostname()
+		if cfg.Host != "" {
+			c.ServerName = cfg.Host
+			if host, _, err := net.SplitHostPort(cfg.Host); err == nil {
+				c.ServerName = host
+			}
+		}
+	}
+	return c
 }
 
 // OpenStreams is how many slots of a holder's event log (in log order, as
@@ -455,8 +494,14 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 	// MinConnectTimeout bounds the connect, so that an unanswered SYN
 	// fails the attempt (NewStream without WaitForReady fails once the
 	// channel is in TRANSIENT_FAILURE) instead of waiting grpc-go's 20 s.
+	creds := insecure.NewCredentials()
+	if h.grpcTLS != nil {
+		// credentials.NewTLS adds h2 to the ALPN list and runs the
+		// handshake over the dialed stampConn, as a wss dial does.
+		creds = credentials.NewTLS(h.grpcTLS)
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: grpcbackoff.DefaultConfig, MinConnectTimeout: h.cfg.DialTimeout}),
 	}
 	if h.cfg.Host != "" {
@@ -520,12 +565,31 @@ func (h *StreamHolder) onceGRPC(ctx context.Context, slot int, id string) bool {
 		if err == nil {
 			return sc.dataAt(now), nil // a message
 		}
-		if how, _ := grpcCloseKind(err); Graceful(how) {
-			return sc.dataAt(now), err // the status
-		}
-		return sc.endAt(now), err
+		return grpcEndAt(err, sc, now), err
 	}, grpcCloseKind, nil)
 	return true
+}
+
+// grpcEndAt stamps the end of an open gRPC stream that RecvMsg returned as
+// err at now, on its connection sc (nil: none). An end that came in a frame
+// (the server's trailers, an intermediary's RST_STREAM) is the last data
+// read, stamped as it arrived (the kernel's stamp: stampConn), like a
+// WebSocket's close frame; grpc-go's reader goroutine read it no later
+// than RecvMsg returned. A broken transport carries no frame: it is the
+// first sign of the connection's end (the end door, or the failed read).
+func grpcEndAt(err error, sc *stampConn, now time.Time) time.Time {
+	if how, _ := grpcCloseKind(err); Graceful(how) || grpcReset(err) {
+		return sc.dataAt(now)
+	}
+	return sc.endAt(now)
+}
+
+// grpcReset tells whether err is grpc-go's status for an RST_STREAM frame
+// (internal/transport/http2_client.go, handleRSTStream: "stream terminated
+// by RST_STREAM with error code: …").
+func grpcReset(err error) bool {
+	s, _ := status.FromError(err)
+	return strings.Contains(s.Message(), "stream terminated by RST_STREAM")
 }
 
 // grpcCloseKind names how an open gRPC stream ended, from RecvMsg's error,
@@ -534,17 +598,18 @@ func grpcCloseKind(err error) (string, int) {
 	switch s, _ := status.FromError(err); {
 	case errors.Is(err, io.EOF):
 		return CloseGRPCStatus, int(codes.OK)
+	case grpcReset(err):
+		// An intermediary reset the stream: no trailers came. grpc-go
+		// makes a status of the RST_STREAM's code (handleRSTStream;
+		// INTERNAL_ERROR becomes INTERNAL and REFUSED_STREAM UNAVAILABLE,
+		// http_util.go http2ErrConvTab), which is not the server's; it is
+		// tested first, so a refused stream is a reset, not a broken
+		// transport.
+		return CloseReset, int(s.Code())
 	case s.Code() == codes.Unavailable:
 		// The transport broke: no trailers came (grpc-go
 		// internal/transport maps a lost connection to UNAVAILABLE).
 		return grpcTransportKind(s.Message()), int(codes.Unavailable)
-	case strings.Contains(s.Message(), "stream terminated by RST_STREAM"):
-		// An intermediary reset the stream: no trailers came either.
-		// grpc-go makes a status of the RST_STREAM's code
-		// (internal/transport/http2_client.go, handleRSTStream;
-		// INTERNAL_ERROR becomes INTERNAL, http_util.go
-		// http2ErrConvTab), which is not the server's.
-		return CloseReset, int(s.Code())
 	default:
 		return CloseGRPCStatus, int(s.Code())
 	}

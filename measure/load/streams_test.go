@@ -2,13 +2,18 @@ package load
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -366,6 +371,9 @@ func TestGRPCCloseKind(t *testing.T) {
 		// The text of grpc-go's internal/transport/http2_client.go
 		// handleRSTStream for an intermediary's INTERNAL_ERROR reset.
 		{"rst_stream", status.Error(codes.Internal, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR"), CloseReset, int(codes.Internal)},
+		// REFUSED_STREAM becomes UNAVAILABLE (http_util.go http2ErrConvTab),
+		// yet it is a reset frame, not a broken transport.
+		{"rst_stream refused", status.Error(codes.Unavailable, "stream terminated by RST_STREAM with error code: REFUSED_STREAM"), CloseReset, int(codes.Unavailable)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			how, code := grpcCloseKind(tc.err)
@@ -422,5 +430,81 @@ func TestStreamHolderStopSendsGoingAway(t *testing.T) {
 			t.Fatalf("probe's stream log %+v: want %d streams ended by the peer's close", tl.Streams, n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestGRPCEndAt: an end that came in a frame (trailers, an intermediary's
+// RST_STREAM) is stamped at that frame's arrival, like a WebSocket's close
+// frame; a broken transport at the first sign of the end (the end door or
+// the failed read); either falls back to the read's return.
+func TestGRPCEndAt(t *testing.T) {
+	data, end, now := t0.Add(time.Millisecond), t0.Add(2*time.Millisecond), t0.Add(time.Second)
+	sc := &stampConn{}
+	sc.data.Store(data.UnixNano())
+	sc.end.Store(end.UnixNano())
+	for _, tc := range []struct {
+		name string
+		err  error
+		sc   *stampConn
+		want time.Time
+	}{
+		{"trailers OK", io.EOF, sc, data},
+		{"server status", status.Error(codes.Aborted, "x"), sc, data},
+		{"rst_stream", status.Error(codes.Internal, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR"), sc, data},
+		{"rst_stream refused", status.Error(codes.Unavailable, "stream terminated by RST_STREAM with error code: REFUSED_STREAM"), sc, data},
+		{"transport reset", status.Error(codes.Unavailable, "error reading from server: read tcp: connection reset by peer"), sc, end},
+		{"no connection", status.Error(codes.Internal, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR"), nil, now},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := grpcEndAt(tc.err, tc.sc, now); !got.Equal(tc.want) {
+				t.Errorf("grpcEndAt = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStreamHolderGRPCOverTLS: an https --url holds its gRPC streams over
+// TLS (server name from --host, ALPN h2), to port 443 when the URL has none;
+// plaintext to a TLS port never reached the server's handler.
+func TestStreamHolderGRPCOverTLS(t *testing.T) {
+	var mu sync.Mutex
+	var hello *tls.ClientHelloInfo
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no backend", http.StatusBadGateway)
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		mu.Lock()
+		hello = h
+		mu.Unlock()
+		return nil, nil
+	}}
+	srv.StartTLS()
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	// httptest's certificate names example.com.
+	h, err := NewStreamHolder(StreamConfig{URL: "https://" + srv.Listener.Addr().String() + "/", Host: "example.com", Protocol: ProtocolGRPC,
+		Streams: 1, Reconnect: Reconnect{Policy: "fixed", Delay: time.Second}, TLS: &tls.Config{RootCAs: roots}}, clock.RealClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	ev := waitEvents(t, h, "a failure", func(ev []StreamEvent) bool { return count(ev, EventFail) > 0 })
+	if ev[0].How != "status_502" {
+		t.Fatalf("first event %+v: want the handler's 502 over TLS", ev[0])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hello == nil || hello.ServerName != "example.com" || !slices.Contains(hello.SupportedProtos, "h2") {
+		t.Errorf("client hello %+v: want server name example.com, ALPN h2", hello)
+	}
+
+	def, err := NewStreamHolder(StreamConfig{URL: "https://ingress.test/", Protocol: ProtocolGRPC, Streams: 1}, clock.RealClock{})
+	if err != nil || def.target != "ingress.test:443" {
+		t.Errorf("https without a port: target %q (%v), want ingress.test:443", def.target, err)
 	}
 }
