@@ -88,4 +88,3 @@ epwindow_drift_verdict{verdict="worse"} 0
 		}
 	}
 }
-

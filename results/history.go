@@ -165,6 +165,14 @@ type RunVerdict struct {
 	// judged worse (ChangeRun).
 	Frozen    bool `json:"frozen,omitempty"`
 	ChangeRun int  `json:"change_run,omitempty"`
+	// The window side's own numbers: the upper bound of the window the
+	// preStop covers (the recommendation's, at the run's quantile and
+	// confidence; 0 without one), the share of deletions it covers, set
+	// BoundFloor when it is only a floor; and the window's median.
+	BoundNS     int64   `json:"bound_ns,omitempty"`
+	BoundCovers float64 `json:"bound_covers,omitempty"`
+	BoundFloor  bool    `json:"bound_floor,omitempty"`
+	WindowP50NS int64   `json:"window_p50_ns,omitempty"`
 }
 
 // Drift is a history's segments and the tests of its newest segment's
@@ -251,11 +259,18 @@ func DriftOf(runs []HistoryRun, o DriftOptions) *Drift {
 		for i := b0; i <= b1; i++ {
 			v.Baseline = append(v.Baseline, i)
 		}
+		ws := pooled(runs, v.Window)
+		if r := ws.doc.Recommendation; r != nil {
+			v.BoundNS, v.BoundCovers, v.BoundFloor = r.CoverNS, r.Bound.Covers, r.LowerBound()
+		}
+		if w, ok := ws.Dist(PointWindow); ok {
+			v.WindowP50NS = w.P50NS
+		}
 		last = nil
 		if v.BaselineN < o.BaselineTrials {
 			v.Need = o.BaselineTrials - v.BaselineN
 		} else {
-			c := Compare(pooled(runs, v.Baseline), pooled(runs, v.Window), o.Compare)
+			c := Compare(pooled(runs, v.Baseline), ws, o.Compare)
 			m, _ := c.Metric(PointWindow)
 			v.Verdict, last = m.Verdict, c
 			if m.Verdict == Worse && frozenEnd < 0 {

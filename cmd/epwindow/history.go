@@ -27,6 +27,7 @@ const (
 	flagServe          = "serve"
 	flagRefresh        = "refresh"
 	flagDocumented     = "documented-prestop"
+	flagChart          = "chart"
 )
 
 func historyCommand() *cli.Command {
@@ -36,6 +37,7 @@ func historyCommand() *cli.Command {
 		ArgsUsage: "DIR|RESULTS...",
 		UsageText: `epwindow history /var/lib/epwindow/history
    epwindow history --fail-on-worse --baseline-trials 120 runs/*.jsonl
+   epwindow history --format markdown --chart docs/window-trend.svg --documented-prestop 5s runs/ > docs/window.md
    epwindow history --serve :9090 --documented-prestop 5s /var/lib/epwindow/history   # Prometheus metrics`,
 		Description: `Reads every results file of a history (a folder's *.jsonl, or the files named), in the order
 the runs started, and splits it where the settings that shape the window changed (Kubernetes
@@ -50,8 +52,9 @@ again every --refresh; deploy/monitoring has a PodMonitor and alert rules for th
 Exit codes: 0 judged (or not yet judgeable; with --serve: stopped), 2 bad input, 3 the newest run
 is worse and --fail-on-worse is set.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text or json"},
+			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, markdown (for platform docs) or json"},
 			wideFlag(),
+			chartFlag(),
 			&cli.IntFlag{Name: flagBaselineTrials, Value: results.DefaultBaselineTrials, Usage: "trials the baseline pools; runs with fewer before them are not judged"},
 			&cli.IntFlag{Name: flagWindowTrials, Value: results.DefaultWindowTrials, Usage: "most trials the newest runs pool against the baseline"},
 			&cli.BoolFlag{Name: flagFailOnWorse, Usage: "exit 3 when the newest run's window is worse than its baseline"},
@@ -92,21 +95,40 @@ func historyFiles(args []string) ([]string, error) {
 	return files, nil
 }
 
+// chartFlag is --chart of history (and report over a history folder).
+func chartFlag() cli.Flag {
+	return &cli.StringFlag{Name: flagChart, Usage: "write the window's bound and median per run as an SVG chart to this file; markdown links it", TakesFile: true}
+}
+
 func runHistory(c *cli.Context) error {
+	return historyAction(c, "history")
+}
+
+// historyAction renders the history of c's arguments; cmd names the
+// command in messages (history, or report over a folder).
+func historyAction(c *cli.Context, cmd string) error {
 	format := c.String(flagFormat)
-	if format != "text" && format != "json" {
-		return cli.Exit(fmt.Sprintf("epwindow history: --%s %q: want text or json", flagFormat, format), exitUsage)
+	if format != "text" && format != "json" && format != "markdown" {
+		return cli.Exit(fmt.Sprintf("epwindow %s: --%s %q: want text, markdown or json for a history", cmd, flagFormat, format), exitUsage)
 	}
-	o := results.DriftOptions{BaselineTrials: c.Int(flagBaselineTrials), WindowTrials: c.Int(flagWindowTrials)}
+	if c.String(flagChart) != "" && format != "markdown" {
+		return cli.Exit(fmt.Sprintf("epwindow %s: --%s needs --%s markdown (the chart is linked from it)", cmd, flagChart, flagFormat), exitUsage)
+	}
+	// report over a folder has none of history's sizing flags: the
+	// defaults (results.DriftOf's).
+	o := results.DriftOptions{BaselineTrials: results.DefaultBaselineTrials, WindowTrials: results.DefaultWindowTrials}
+	if cmd == "history" {
+		o.BaselineTrials, o.WindowTrials = c.Int(flagBaselineTrials), c.Int(flagWindowTrials)
+	}
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{flagBaselineTrials, o.BaselineTrials}, {flagWindowTrials, o.WindowTrials}} {
 		if f.v < 1 {
-			return cli.Exit(fmt.Sprintf("epwindow history: --%s %d: want a positive number of trials", f.name, f.v), exitUsage)
+			return cli.Exit(fmt.Sprintf("epwindow %s: --%s %d: want a positive number of trials", cmd, f.name, f.v), exitUsage)
 		}
 	}
-	if c.Duration(flagRefresh) <= 0 {
+	if cmd == "history" && c.Duration(flagRefresh) <= 0 {
 		return cli.Exit(fmt.Sprintf("epwindow history: --%s %v: want a positive duration", flagRefresh, c.Duration(flagRefresh)), exitUsage)
 	}
 	if c.Duration(flagDocumented) < 0 {
@@ -114,15 +136,24 @@ func runHistory(c *cli.Context) error {
 	}
 	runs, err := loadHistory(c.Args().Slice())
 	if err != nil {
-		return cli.Exit("epwindow history: "+err.Error(), exitUsage)
+		return cli.Exit("epwindow "+cmd+": "+err.Error(), exitUsage)
 	}
 	d := results.DriftOf(runs, o)
 	render := results.NewDriftTextReporter(d, textWidth(c, c.App.Writer))
-	if format == "json" {
+	switch format {
+	case "json":
 		render = results.NewDriftJSONReporter(d)
+	case "markdown":
+		chart := c.String(flagChart)
+		if chart != "" {
+			if err := writeChart(chart, d, c.Duration(flagDocumented)); err != nil {
+				return cli.Exit(fmt.Sprintf("epwindow %s: --%s %s: %v", cmd, flagChart, chart, err), exitUsage)
+			}
+		}
+		render = results.NewDriftMarkdownReporter(d, chart)
 	}
 	if err := render(c.App.Writer); err != nil {
-		return cli.Exit("epwindow history: "+err.Error(), exitFailure)
+		return cli.Exit("epwindow "+cmd+": "+err.Error(), exitFailure)
 	}
 	if addr := c.String(flagServe); addr != "" {
 		return serveHistory(c, addr, d, o)
@@ -196,4 +227,21 @@ func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.Drift
 			coll.Update(results.DriftOf(runs, o))
 		}
 	}
+}
+
+// writeChart writes the history's SVG chart to path, whole or not at all.
+func writeChart(path string, d *results.Drift, documented time.Duration) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".chart-*.svg")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := results.WriteDriftChartSVG(tmp, d, documented); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

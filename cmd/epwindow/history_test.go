@@ -180,3 +180,38 @@ func TestHistoryServe(t *testing.T) {
 		t.Fatal("history --serve did not stop with its context")
 	}
 }
+
+// For platform docs: markdown with the chart it links, written as an SVG
+// (from history, and from report given the folder); the chart and a
+// history without markdown are refused with the flag named.
+func TestHistoryMarkdownChart(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 8 {
+		writeHistoryRun(t, dir, i, "v1.37.2", 0)
+	}
+	for _, cmd := range []string{"history", "report"} {
+		chart := filepath.Join(t.TempDir(), "trend.svg")
+		out, err := runApp(t, cmd, "--format", "markdown", "--chart", chart, dir)
+		if err != nil {
+			t.Fatalf("%s --format markdown: %v", cmd, err)
+		}
+		for _, want := range []string{"## Propagation window over time", "![The window's upper bound and median per run](" + chart + ")",
+			"| drift | same: the newest 18 trials against the 126 before them |", "| preStop | "} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s markdown lacks %q:\n%s", cmd, want, out)
+			}
+		}
+		svg, err := os.ReadFile(chart)
+		if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("Propagation window per scheduled run")) {
+			t.Errorf("%s --chart: %v, not an SVG chart:\n%.300s", cmd, err, svg)
+		}
+	}
+	_, err := runApp(t, "history", "--chart", filepath.Join(t.TempDir(), "x.svg"), dir)
+	if code := exitCode(err); code != exitUsage || !strings.Contains(err.Error(), "--chart needs --format markdown") {
+		t.Errorf("--chart without markdown: exit %d (%v)", code, err)
+	}
+	_, err = runApp(t, "report", "--chart", "x.svg", testdata("run.jsonl"))
+	if code := exitCode(err); code != exitUsage || !strings.Contains(err.Error(), "--chart") {
+		t.Errorf("report --chart of one file: exit %d (%v)", code, err)
+	}
+}

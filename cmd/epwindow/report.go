@@ -32,15 +32,19 @@ func reportCommand() *cli.Command {
    epwindow report --format markdown run.jsonl >> docs/platform/termination.md
    epwindow report --plot run.jsonl
    epwindow report --drain 30s --deregistration-delay 15s run.jsonl   # recommend for your app and LB
-   cat run.jsonl | epwindow report --format perfdata -`,
+   cat run.jsonl | epwindow report --format perfdata -
+   epwindow report --format markdown --chart window-trend.svg runs/   # a folder: the history's trend`,
 		Description: `Reads a results file written by "epwindow measure" (JSON lines) or by "report --format csv"
 (the format is detected; "-" reads standard input), recomputes the percentiles from its trials and
 renders them. An interrupted run (no summary record, or a cut last line) is reported from the trials
-it finished, and says so. The bootstrap is seeded: the same file always renders the same report.`,
+it finished, and says so. The bootstrap is seeded: the same file always renders the same report.
+A folder of results files is a history of runs: report renders it as "epwindow history" does
+(text, markdown with --chart, or json).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, markdown, json, csv or perfdata (ClusterLoader2 PerfData)"},
 			&cli.BoolFlag{Name: flagPlot, Usage: "add terminal charts (text format): the CDF of the window and each stage per trial"},
 			wideFlag(),
+			chartFlag(),
 			&cli.DurationFlag{Name: measure.FlagDrain, Usage: "longest request your app serves after SIGTERM (default: the run's --drain)"},
 			&cli.DurationFlag{Name: flagMargin, Value: results.DefaultMargin, Usage: "least margin added to the covered quantile (the worst observer resolution raises it)"},
 			&cli.DurationFlag{Name: flagHeadroom, Value: results.DefaultHeadroom, Usage: "added to preStop + drain for terminationGracePeriodSeconds"},
@@ -133,6 +137,14 @@ func readResults(path string, stdin io.Reader) (*results.File, error) {
 func runReport(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return cli.Exit(fmt.Sprintf("epwindow report: want one results file (or - for standard input), got %d arguments: %q", c.NArg(), c.Args().Slice()), exitUsage)
+	}
+	if st, err := os.Stat(c.Args().First()); err == nil && st.IsDir() {
+		// A folder is a history of runs: its drift, as epwindow history
+		// renders it (docs/continuous.md).
+		return historyAction(c, "report")
+	}
+	if c.String(flagChart) != "" {
+		return cli.Exit(fmt.Sprintf("epwindow report: --%s draws a history's trend: give a folder of runs", flagChart), exitUsage)
 	}
 	format := c.String(flagFormat)
 	newReporter, ok := results.Reporters[format]
