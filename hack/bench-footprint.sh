@@ -10,11 +10,20 @@
 # read from Skipper a second, the observer's polls over the interval (each
 # is followed by a back-off, so polls never overlap), and measure's peak
 # RSS and CPU. About 5 minutes on 2 cores, most of it the ballast's start.
+# IN_CLUSTER_LOAD=R (runners) and STREAMS=N (WebSocket streams, held by the
+# tool and each runner) add the runners' /stats reads through the pod
+# proxy, stream logs included, to what is counted (the footprint line's
+# pod-proxy reads and bytes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BALLAST=${BALLAST:-2000x5}
 TRIALS=${TRIALS:-5}
+IN_CLUSTER_LOAD=${IN_CLUSTER_LOAD:-0}
+STREAMS=${STREAMS:-0}
+extra=()
+if [ "$IN_CLUSTER_LOAD" -gt 0 ]; then extra+=(--in-cluster-load "$IN_CLUSTER_LOAD"); fi
+if [ "$STREAMS" -gt 0 ]; then extra+=(--streams "$STREAMS" --stream-protocol websocket); fi
 dir=$(mktemp -d /tmp/epwindow-footprint.XXXXXX)
 
 # shellcheck source=hack/lib/cluster.sh
@@ -26,7 +35,7 @@ metrics=$(ready_field kube-proxy-metrics)
 echo "==> epwindow measure: $TRIALS deletions of 30 replicas through Skipper, $BALLAST ballast"
 bin/epwindow measure --kubeconfig "$kubeconfig" --url "$ingress" --ingress-class skipper \
 	--observer skipper --observer-url "$routes" --kube-proxy-metrics "$metrics" \
-	--replicas 30 --trials "$TRIALS" --quiet-period 2s --out "$dir/results.jsonl" \
+	--replicas 30 --trials "$TRIALS" --quiet-period 2s --out "$dir/results.jsonl" ${extra[@]+"${extra[@]}"} \
 	>"$dir/measure.out" 2>"$dir/measure.err"
 
 header=$(head -1 "$dir/results.jsonl")
@@ -40,6 +49,13 @@ echo
 echo "== footprint of epwindow measure against a $BALLAST-Service local cluster ($(nproc) cores) =="
 echo "$line"
 echo "trials: $valid valid of $TRIALS"
+proxy=$(sed -n 's/.*; \([0-9]*\) pod-proxy reads (\([0-9.]*\) kB).*/\1 \2/p' <<<"$line")
+if [ -n "$proxy" ]; then
+	read -r preads pkb <<<"$proxy"
+	awk -v n="$preads" -v kb="$pkb" -v trials="$TRIALS" 'BEGIN {
+		printf "pod proxy: %d reads, %.1f kB (%.1f kB per trial): probe timelines and runner stats, stream logs read from a cursor\n", n, kb, kb / trials
+	}'
+fi
 awk -v rss="$rss" -v bpm="$(num bytes_per_minute)" -v p99="$(num poll_p99_ns)" -v iv="$(num interval_ns)" \
 	-v over="$(num overruns)" -v polls="$(num polls)" 'BEGIN {
 	printf "peak RSS %.0f MiB: %.2fx the 150 MB goal (%s)\n", rss, rss * 1048576 / 150e6, (rss * 1048576 <= 150e6 ? "met" : "NOT met")

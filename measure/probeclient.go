@@ -79,16 +79,21 @@ func (p probeClient) probeClock(ctx context.Context, pod string) (time.Time, err
 }
 
 // runnerAPI is what the run asks of its in-cluster load runners through the
-// pod proxy: their statistics and their clock (GET /clock, the probe's
-// shape).
+// pod proxy: their statistics, with their stream events from a cursor on,
+// and their clock (GET /clock, the probe's shape).
 type runnerAPI interface {
-	runnerStats(ctx context.Context, pod string) (load.Stats, error)
+	runnerStats(ctx context.Context, pod string, streamsSince int64) (load.Stats, error)
 	probeClock(ctx context.Context, pod string) (time.Time, error)
 }
 
-// runnerStats reads a load runner's GET /stats (p.port is its stats port).
-func (p probeClient) runnerStats(ctx context.Context, pod string) (load.Stats, error) {
-	body, err := p.get(ctx, pod, "stats")
+// runnerStats reads a load runner's GET /stats (p.port is its stats port),
+// its stream events from number since of its log on.
+func (p probeClient) runnerStats(ctx context.Context, pod string, since int64) (load.Stats, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	body, err := p.client.CoreV1().RESTClient().Get().Namespace(p.ns).Resource("pods").
+		Name(p.portName(pod)).SubResource("proxy").Suffix("stats").
+		Param(load.QueryStreamsSince, strconv.FormatInt(since, 10)).DoRaw(ctx)
 	if err != nil {
 		return load.Stats{}, fmt.Errorf("read runner stats of pod %s/%s through the pod proxy (needs get pods/proxy): %w", p.ns, pod, err)
 	}

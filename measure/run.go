@@ -73,6 +73,8 @@ type runner struct {
 	params    deploy.Params
 	runnerDep *appsv1.Deployment
 	runners   runnerAPI
+	// runnerLogs is what runners' stream logs were read so far.
+	runnerLogs runnerLogs
 	// dynamic creates, reads and deletes the HTTPRoute; gateway is its
 	// Gateway as CheckGateway found it (zero with an Ingress).
 	dynamic dynamic.Interface

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -175,7 +176,19 @@ type runnerState struct {
 // pod proxy (the probe's /clock estimate: send and receive bracket the
 // reading, smallest round trip wins), merging with what st already had.
 func (r *runner) readRunner(ctx context.Context, st *runnerState, clockSamples int) {
-	if s, err := r.runners.runnerStats(ctx, st.pod); err == nil {
+	since := r.runnerLogs.cursor(st.pod)
+	s, err := r.runners.runnerStats(ctx, st.pod, since)
+	if err == nil {
+		var ok bool
+		if s.Streams, ok = r.runnerLogs.merge(st.pod, since, s); !ok {
+			// Not the log the cursor was for (the runner restarted):
+			// read it from its start.
+			if s, err = r.runners.runnerStats(ctx, st.pod, 0); err == nil {
+				s.Streams, _ = r.runnerLogs.merge(st.pod, 0, s)
+			}
+		}
+	}
+	if err == nil {
 		st.stats, st.statsOK, st.statsErr = s, true, nil
 	} else {
 		st.statsErr = err
@@ -194,6 +207,67 @@ func (r *runner) readRunner(ctx context.Context, st *runnerState, clockSamples i
 		est, _ = load.Best(st.skew, est)
 	}
 	st.skew, st.skewOK = est, true
+}
+
+// runnerLogs is what the tool has read of each runner's stream log, by
+// runner pod: the runners' /stats is read every second of a trial, and
+// re-fetching a log of up to load.DefaultMaxStreamEvents events each time
+// (≈ 150 bytes an event) would move the whole log through the API server's
+// pod proxy every second; a cursor moves only what is new.
+type runnerLogs struct {
+	mu sync.Mutex
+	by map[string]*runnerLog
+}
+
+// runnerLog is one runner's stream log as read so far: its events (runner
+// clock) and the cursor of the next read, for the runner started at
+// started (a restarted runner has a new log).
+type runnerLog struct {
+	started time.Time
+	events  []load.StreamEvent
+	next    int64
+}
+
+// cursor is where the next read of pod's log starts.
+func (l *runnerLogs) cursor(pod string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.by[pod]; c != nil {
+		return c.next
+	}
+	return 0
+}
+
+// merge adds s, read from cursor since, to pod's log and returns the whole
+// log so far. A reply that is not the continuation asked for replaces the
+// log when it is a whole one (read from 0, or from a runner that serves
+// its whole log whatever the cursor: its streams_next does not follow its
+// events); otherwise (a restarted runner read from the old cursor) it
+// empties the log and ok is false: read again from 0.
+func (l *runnerLogs) merge(pod string, since int64, s load.Stats) (events []load.StreamEvent, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by == nil {
+		l.by = map[string]*runnerLog{}
+	}
+	c := l.by[pod]
+	if c == nil || !c.started.Equal(s.Started) {
+		c = &runnerLog{started: s.Started}
+		l.by[pod] = c
+	}
+	switch {
+	case s.StreamsNext != s.StreamsSince+int64(len(s.Streams)):
+		// No cursor support: the reply is the whole log.
+		c.events, c.next = slices.Clone(s.Streams), 0
+	case s.StreamsSince == c.next && since == c.next:
+		c.events, c.next = append(c.events, s.Streams...), s.StreamsNext
+	case s.StreamsSince == 0:
+		c.events, c.next = slices.Clone(s.Streams), s.StreamsNext
+	default:
+		c.events, c.next = nil, 0
+		return nil, false
+	}
+	return slices.Clip(c.events), true
 }
 
 // runnerClockSamples is how many /clock reads estimate a runner's clock at
@@ -320,10 +394,14 @@ func (r *runner) runnersSteady(ctx context.Context, pods []*corev1.Pod, base map
 	}
 	grew := map[string]bool{}
 	for _, p := range ready {
-		s, err := r.runners.runnerStats(ctx, p.Name)
-		if err != nil {
-			return fmt.Sprintf("runner %s: %v", p.Name, err), nil
+		// Through the cursor: the whole stream log so far, fetching only
+		// what is new since the last poll.
+		st := &runnerState{pod: p.Name}
+		r.readRunner(ctx, st, 0)
+		if !st.statsOK {
+			return fmt.Sprintf("runner %s: %v", p.Name, st.statsErr), nil
 		}
+		s := st.stats
 		// The runner's streams must be open before a trial, as the
 		// tool's are (startStreams): a stream that opens after SIGTERM is
 		// not one the trial can follow.

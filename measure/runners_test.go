@@ -3,6 +3,7 @@ package measure
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -114,9 +115,25 @@ type fakeRunners struct {
 	stats  load.Stats
 	mu     sync.Mutex
 	calls  int
+	// log, when set, is the runner's stream log, served from the cursor
+	// asked for as the runner's /stats serves it; asked records each
+	// cursor.
+	log   []load.StreamEvent
+	asked []int64
 }
 
-func (f *fakeRunners) runnerStats(context.Context, string) (load.Stats, error) { return f.stats, nil }
+func (f *fakeRunners) runnerStats(_ context.Context, _ string, since int64) (load.Stats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, since)
+	s := f.stats
+	if f.log != nil {
+		since = min(since, int64(len(f.log)))
+		s.Streams = slices.Clone(f.log[since:])
+		s.StreamsSince, s.StreamsNext = since, int64(len(f.log))
+	}
+	return s, nil
+}
 func (f *fakeRunners) probeClock(context.Context, string) (time.Time, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -316,5 +333,72 @@ func TestCleanupRunnersAfterInterrupt(t *testing.T) {
 	}
 	if runnerDeletes == 0 {
 		t.Error("the runners' deployment was never deleted")
+	}
+}
+
+// A runner's stream log is read from a cursor: each read asks for the
+// events after the previous one's, and a trial still sees the whole log.
+// A runner that restarted (a new start, a shorter log) is read afresh.
+func TestReadRunnerStreamsSinceCursor(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	ev := func(n int) []load.StreamEvent {
+		out := make([]load.StreamEvent, n)
+		for i := range out {
+			out[i] = load.StreamEvent{Slot: i, Kind: load.EventOpen, At: t0.Add(time.Duration(i) * time.Millisecond)}
+		}
+		return out
+	}
+	f := &fakeRunners{clk: clk, stats: load.Stats{Version: load.StatsVersion, Started: t0}, log: ev(3)}
+	r := &runner{cfg: Config{Clock: clk}, runners: f}
+	read := func(what string, want []load.StreamEvent) {
+		t.Helper()
+		st := &runnerState{pod: "load-a"} // each trial starts a new state
+		r.readRunner(context.Background(), st, 0)
+		if !st.statsOK || !slices.Equal(st.stats.Streams, want) {
+			t.Fatalf("%s: streams %v, want %v", what, st.stats.Streams, want)
+		}
+	}
+	read("first read", ev(3))
+	f.log = ev(5)
+	read("second read", ev(5))
+	read("nothing new", ev(5))
+	if want := []int64{0, 3, 5}; !slices.Equal(f.asked, want) {
+		t.Errorf("cursors asked %v, want %v: each read from the previous one's end", f.asked, want)
+	}
+	// Restarted: a new start and a log of 1. The read that finds it asks
+	// from the old cursor, sees the restart and asks again from 0.
+	f.stats.Started, f.log = t0.Add(time.Minute), ev(1)
+	read("restarted runner", ev(1))
+	read("restarted runner, again", ev(1))
+	if want := []int64{0, 3, 5, 5, 0, 1}; !slices.Equal(f.asked, want) {
+		t.Errorf("cursors asked %v, want %v", f.asked, want)
+	}
+}
+
+// A runner whose stream log was full before the trial's observation ended
+// leaves out the trial's ClusterIP stream record, with a reason; one that
+// filled only after it does not.
+func TestClusterStreamsLogFull(t *testing.T) {
+	until := t0.Add(10 * time.Second)
+	for _, tc := range []struct {
+		name  string
+		first time.Time // runner clock, 1 s ahead of the tool's
+		full  bool
+	}{
+		{"full before the end", t0.Add(5 * time.Second), true},
+		{"full after the end", t0.Add(12 * time.Second), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &runnerState{pod: "load-a", statsOK: true, skewOK: true,
+				skew:  load.Estimate{Offset: time.Second},
+				stats: load.Stats{StreamsDropped: 7, StreamsFirstDropped: tc.first}}
+			own, cluster, reasons := streamsLogFull(0, time.Time{}, []*runnerState{st}, until)
+			if own || cluster != tc.full || (len(reasons) > 0) != tc.full {
+				t.Fatalf("own %v cluster %v reasons %v, want the cluster record full %v", own, cluster, reasons, tc.full)
+			}
+			if tc.full && (reasons[0].Code != results.ReasonStreamsLogFull || !strings.Contains(reasons[0].Detail, "load-a")) {
+				t.Errorf("reason %v: want %s naming the runner", reasons[0], results.ReasonStreamsLogFull)
+			}
+		})
 	}
 }

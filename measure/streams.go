@@ -209,6 +209,60 @@ func (r *runner) clusterStreamRecord(rec *results.Record, probeLog *probe.Stream
 	return streamTrial(in)
 }
 
+// leaveOutFullLogs drops rec's stream records whose holder's event log was
+// full before until, with a reason each (streamsLogFull): an incomplete
+// log misses closes, and a stream whose close is missing would count as
+// still open, its end censored at until.
+func (r *runner) leaveOutFullLogs(rec *results.Record, runners []*runnerState, until time.Time) {
+	var n int64
+	var first time.Time
+	if r.streams != nil {
+		n, first = r.streams.Dropped()
+	}
+	own, cluster, reasons := streamsLogFull(n, first, runners, until)
+	if own {
+		rec.Streams = nil
+	}
+	if cluster {
+		rec.ClusterStreams = nil
+	}
+	if len(reasons) > 0 {
+		rec.Reasons = append(rec.Reasons, reasons...)
+		rec.Valid = false
+	}
+}
+
+// streamsLogFull says whether a trial whose stream observation ended at
+// until lacks events because a holder's event log was full: the tool's own
+// (ownDropped events, the first at ownFirst, tool clock) or a runner's
+// (its stats, runner clock, moved onto the tool's by its skew estimate).
+// A log is full from its first dropped event on, so a trial is hit when
+// that came before until; the events before it are complete. The reasons
+// name each such log.
+func streamsLogFull(ownDropped int64, ownFirst time.Time, runners []*runnerState, until time.Time) (own, cluster bool, reasons []results.Reason) {
+	if ownDropped > 0 && ownFirst.Before(until) {
+		own = true
+		reasons = append(reasons, results.Reason{Code: results.ReasonStreamsLogFull, Detail: fmt.Sprintf(
+			"the tool's stream event log was full from %s (%d events dropped): the trial's stream record is left out",
+			ownFirst.Format(time.RFC3339Nano), ownDropped)})
+	}
+	for _, st := range runners {
+		s := st.stats
+		if !st.statsOK || !st.skewOK || s.StreamsDropped == 0 {
+			continue
+		}
+		first := st.skew.ToTool(s.StreamsFirstDropped)
+		if !first.Before(until) {
+			continue
+		}
+		cluster = true
+		reasons = append(reasons, results.Reason{Code: results.ReasonStreamsLogFull, Detail: fmt.Sprintf(
+			"runner %s's stream event log was full from %s (%d events dropped): the trial's ClusterIP stream record is left out",
+			st.pod, first.Format(time.RFC3339Nano), s.StreamsDropped)})
+	}
+	return own, cluster, reasons
+}
+
 // streamDrainSpread is how long after SIGTERM the probe's stream drain
 // may still close streams: the spread of close-jittered plus 500 ms for
 // the last close to reach the clients (its timer and one frame through a

@@ -250,6 +250,7 @@ wait:
 	streams := streamLog(in.timeline, tl)
 	rec.Streams = r.streamRecord(rec, streams, streamsEnd)
 	rec.ClusterStreams = r.clusterStreamRecord(rec, streams, in.runners, streamsEnd)
+	r.leaveOutFullLogs(rec, in.runners, streamsEnd)
 	r.recordStartup(ctx, rec, in.replacement, in.t0, end)
 	if cfg.StopOnBlindObserver {
 		for _, rm := range in.removals {

@@ -54,6 +54,12 @@ const (
 	// hold ended the trial. The trial is censored: its traffic end is a
 	// floor, and it stays in n and in every quantile.
 	ReasonHoldReached = "hold_reached"
+	// ReasonStreamsLogFull: a stream holder's event log (the tool's or an
+	// in-cluster runner's, load.DefaultMaxStreamEvents) was full before
+	// the trial's stream observation ended, so its closes and re-opens
+	// are incomplete: the trial's stream record of that holder is left
+	// out; no stage is affected.
+	ReasonStreamsLogFull = "streams_log_full"
 	// ReasonUnspecified: a version-1 reason this version cannot classify,
 	// or an invalid trial without one. Every stage is invalid.
 	ReasonUnspecified = "unspecified"
@@ -94,6 +100,7 @@ var reasonGroups = map[string]*stageGroup{
 	ReasonProbeUnreadable: podClockGroup,
 	ReasonNoSigterm:       podClockGroup,
 	ReasonHoldReached:     nil, // censors the traffic end; invalidates nothing
+	ReasonStreamsLogFull:  nil, // leaves out the stream record; no stage
 }
 
 // ReasonStages lists the stages a reason code invalidates; all is set for a
@@ -115,6 +122,8 @@ func reasonEffect(code string) string {
 		return "every stage left out"
 	case code == ReasonHoldReached:
 		return "censored"
+	case code == ReasonStreamsLogFull:
+		return "stream record left out"
 	case g == nil:
 		return ""
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -12,14 +13,18 @@ import (
 // apiCounter counts the requests a run sends to the API server, by kind,
 // at the transport (rest.Config.Wrap), so every client built from the
 // config afterwards is counted: the footprint of a run on a production
-// control plane.
+// control plane. Reads through the pod proxy (probe timelines, runner
+// stats with their stream logs) are counted with the bytes of their
+// responses: the API server relays each of them.
 type apiCounter struct {
 	total, watches, lists, writes atomic.Int64
+	proxyReads, proxyBytes        atomic.Int64
 }
 
 func (a *apiCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		a.total.Add(1)
+		proxy := false
 		switch {
 		case r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1":
 			a.watches.Add(1)
@@ -27,9 +32,28 @@ func (a *apiCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			a.lists.Add(1)
 		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			a.writes.Add(1)
+		case strings.Contains(r.URL.Path, "/proxy/"):
+			proxy = true
+			a.proxyReads.Add(1)
 		}
-		return rt.RoundTrip(r)
+		resp, err := rt.RoundTrip(r)
+		if proxy && resp != nil && resp.Body != nil {
+			resp.Body = &countingBody{ReadCloser: resp.Body, n: &a.proxyBytes}
+		}
+		return resp, err
 	})
+}
+
+// countingBody adds the bytes read from a response body to n.
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	k, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(k))
+	return k, err
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -50,6 +74,9 @@ func footprint(w io.Writer, a *apiCounter, trials int, elapsed time.Duration) {
 	}
 	fmt.Fprintf(w, "footprint: %d API requests (%d watches, %d lists, %d writes), %s per trial, %.0f per minute over %s",
 		n, a.watches.Load(), a.lists.Load(), a.writes.Load(), perTrial, perMin, elapsed.Round(time.Second))
+	if pr := a.proxyReads.Load(); pr > 0 {
+		fmt.Fprintf(w, "; %d pod-proxy reads (%.1f kB)", pr, float64(a.proxyBytes.Load())/1000)
+	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
 		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())

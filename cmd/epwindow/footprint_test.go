@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -38,5 +39,40 @@ func TestAPICounter(t *testing.T) {
 	footprint(&out, a, 3, 2*time.Minute)
 	if s := out.String(); !strings.Contains(s, "6 API requests (2 watches, 1 lists, 2 writes), 2.0 per trial, 3 per minute over 2m0s") || !strings.Contains(s, "peak RSS") {
 		t.Errorf("footprint line %q", s)
+	}
+}
+
+// TestAPICounterProxyBytes: reads through the pod proxy (probe timelines,
+// runner stats with their stream logs) are counted with the bytes they
+// move, which a re-fetched log would multiply.
+func TestAPICounterProxyBytes(t *testing.T) {
+	body := strings.Repeat("x", 1500)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/proxy/") {
+			w.Write([]byte(body))
+		}
+	}))
+	defer srv.Close()
+	a := &apiCounter{}
+	c := &http.Client{Transport: a.wrap(http.DefaultTransport)}
+	for _, path := range []string{
+		"/api/v1/namespaces/ns/pods/load-a:9091/proxy/stats?streams_since=0",
+		"/api/v1/namespaces/ns/pods/probe-b:8080/proxy/timeline",
+		"/api/v1/namespaces/ns/pods/p",
+	} {
+		resp, err := c.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if a.proxyReads.Load() != 2 || a.proxyBytes.Load() != 3000 {
+		t.Errorf("proxy reads %d bytes %d; want 2, 3000", a.proxyReads.Load(), a.proxyBytes.Load())
+	}
+	var out bytes.Buffer
+	footprint(&out, a, 1, time.Minute)
+	if s := out.String(); !strings.Contains(s, "2 pod-proxy reads (3.0 kB)") {
+		t.Errorf("footprint line %q: want the pod-proxy reads and their bytes", s)
 	}
 }

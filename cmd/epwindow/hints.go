@@ -16,6 +16,7 @@ var reasonFlags = map[string]string{
 	results.ReasonObserverBlind:  "--" + flagObserverInterval + " sets how often the observer polls; --" + measure.FlagStopOnBlind + " stops a run instead",
 	results.ReasonSkewMissing:    "the probe served no load through --" + measure.FlagURL + " and its /clock could not be read",
 	results.ReasonUpstreamListed: "a controller still listed the pod when --" + measure.FlagHold + " ended the trial",
+	results.ReasonStreamsLogFull: "a stream holder logged more events than it keeps: fewer --" + measure.FlagStreams + " or --" + measure.FlagTrials + " a run",
 }
 
 // hints are the lines the CLI prints after a report: the flag behind each

@@ -135,10 +135,23 @@ type Stats struct {
 	// Pods is what the runner saw of each probe pod (by X-Epwindow-Pod).
 	Pods []PodReport `json:"pods"`
 	// Streams are the runner's stream events (epwindow load --streams),
-	// on its clock; StreamsDropped counts those its log had no room for.
-	Streams        []StreamEvent `json:"streams,omitempty"`
-	StreamsDropped int64         `json:"streams_dropped,omitempty"`
+	// on its clock, from number StreamsSince of its log on (the
+	// streams_since query; the whole log without one), and StreamsNext the
+	// number of the event after them: the cursor of the next read, so a
+	// reader polling every second fetches what is new, not the whole log.
+	// StreamsDropped counts the events its log had no room for, and
+	// StreamsFirstDropped is the earliest instant of one: the log is
+	// incomplete from then on.
+	Streams             []StreamEvent `json:"streams,omitempty"`
+	StreamsSince        int64         `json:"streams_since,omitempty"`
+	StreamsNext         int64         `json:"streams_next,omitempty"`
+	StreamsDropped      int64         `json:"streams_dropped,omitempty"`
+	StreamsFirstDropped time.Time     `json:"streams_first_dropped,omitzero"`
 }
+
+// QueryStreamsSince is /stats' query parameter for the first stream event
+// to return (Stats.StreamsNext of the previous read).
+const QueryStreamsSince = "streams_since"
 
 // PodReport is PodStats as JSON: instants on the runner's clock, the skew
 // estimate of the probe's clock against the runner's.
@@ -218,7 +231,7 @@ func statsHandler(g *Generator, h *StreamHolder, cfg RunnerConfig, clk clock.Pas
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET "+PathStats, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET "+PathStats, func(w http.ResponseWriter, req *http.Request) {
 		t := g.Totals()
 		s := Stats{Version: StatsVersion, Pod: cfg.Pod, Node: cfg.Node, Target: cfg.Load.URL,
 			Started: t.Start, Deadline: cfg.Deadline, Sent: t.Sent, OK: t.OK, Failed: t.Failed,
@@ -228,7 +241,11 @@ func statsHandler(g *Generator, h *StreamHolder, cfg RunnerConfig, clk clock.Pas
 		}
 		s.IdleSince = idle.get()
 		if h != nil {
-			s.Streams, s.StreamsDropped = h.Events()
+			// A malformed cursor reads the whole log, as none does.
+			since, _ := strconv.Atoi(req.URL.Query().Get(QueryStreamsSince))
+			var next int
+			s.Streams, next, s.StreamsDropped, s.StreamsFirstDropped = h.EventsSince(since)
+			s.StreamsNext, s.StreamsSince = int64(next), int64(next-len(s.Streams))
 		}
 		s.Now = clk.Now() // last: every instant above is at or before it
 		reply(w, s)

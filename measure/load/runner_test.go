@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -256,5 +257,63 @@ func TestRunRunnerRefusesRate(t *testing.T) {
 		if err := RunRunner(context.Background(), cfg, clk, nil); err == nil || !strings.Contains(err.Error(), "--rate") {
 			t.Errorf("rate %v: %v, want an error naming --rate", rate, err)
 		}
+	}
+}
+
+// /stats serves the stream log from a cursor (streams_since): the events
+// after it and the next cursor, and says when and how much the capped log
+// dropped, so a reader polling every second moves only what is new and
+// knows from when the log is incomplete.
+func TestStatsStreamsSince(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g, err := New(Config{URL: "http://probe.test/", Rate: 10}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewStreamHolder(StreamConfig{URL: "http://probe.test/", Protocol: ProtocolWebSocket, Streams: 1, MaxEvents: 4}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		h.log(&StreamEvent{Slot: i, Kind: EventOpen, At: t0.Add(time.Duration(i) * time.Second)})
+	}
+	handler := StatsHandler(g, h, RunnerConfig{Load: Config{URL: "http://probe.test/"}}, clk)
+	get := func(query string) Stats {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, PathStats+query, nil))
+		s, err := ParseStats(rec.Body.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		query       string
+		since, next int64
+		slots       []int
+	}{
+		{"", 0, 4, []int{0, 1, 2, 3}},
+		{"?" + QueryStreamsSince + "=0", 0, 4, []int{0, 1, 2, 3}},
+		{"?" + QueryStreamsSince + "=3", 3, 4, []int{3}},
+		{"?" + QueryStreamsSince + "=4", 4, 4, nil},
+		// Past the end (a reader of a restarted runner): clamped, so the
+		// reader sees the cursor it asked for was not honoured.
+		{"?" + QueryStreamsSince + "=9", 4, 4, nil},
+	} {
+		s := get(tc.query)
+		var slots []int
+		for _, e := range s.Streams {
+			slots = append(slots, e.Slot)
+		}
+		if s.StreamsSince != tc.since || s.StreamsNext != tc.next || !slices.Equal(slots, tc.slots) {
+			t.Errorf("%q: since %d next %d slots %v; want %d, %d, %v", tc.query, s.StreamsSince, s.StreamsNext, slots, tc.since, tc.next, tc.slots)
+		}
+		if s.StreamsDropped != 2 || !s.StreamsFirstDropped.Equal(t0.Add(4*time.Second)) {
+			t.Errorf("%q: dropped %d from %v; want 2 from the 5th event (4s)", tc.query, s.StreamsDropped, s.StreamsFirstDropped)
+		}
+	}
+	if n, first := h.Dropped(); n != 2 || !first.Equal(t0.Add(4*time.Second)) {
+		t.Errorf("Dropped() = %d, %v; want 2 from 4s", n, first)
 	}
 }

@@ -170,6 +170,9 @@ type StreamHolder struct {
 	mu      sync.Mutex
 	events  []StreamEvent
 	dropped int64
+	// firstDropped is the earliest instant of a dropped event: the log is
+	// incomplete from then on.
+	firstDropped time.Time
 
 	// dial opens every stream's connection (stampDialer), dialer a
 	// WebSocket's over it (newWebSocketDialer); Run starts endDoor before
@@ -274,11 +277,36 @@ func (h *StreamHolder) Events() ([]StreamEvent, int64) {
 	return append([]StreamEvent(nil), h.events...), h.dropped
 }
 
+// EventsSince is a copy of the event log from number since on (clamped to
+// the log's length), the number of the event after it (the next call's
+// since), and how many events did not fit the log, the first of them at
+// firstDropped. The log only grows, so a reader that keeps the cursor
+// reads each event once.
+func (h *StreamHolder) EventsSince(since int) (events []StreamEvent, next int, dropped int64, firstDropped time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	since = min(max(since, 0), len(h.events))
+	return append([]StreamEvent(nil), h.events[since:]...), len(h.events), h.dropped, h.firstDropped
+}
+
+// Dropped is how many events did not fit the log and the earliest instant
+// of one (zero when none did).
+func (h *StreamHolder) Dropped() (n int64, first time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dropped, h.firstDropped
+}
+
 // log appends *e to the event log.
 func (h *StreamHolder) log(e *StreamEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.events) >= h.cfg.MaxEvents {
+		// Events are stamped at the door, before the lock: the first
+		// dropped is the earliest, not the first to arrive here.
+		if h.dropped == 0 || e.At.Before(h.firstDropped) {
+			h.firstDropped = e.At
+		}
 		h.dropped++
 		return
 	}
