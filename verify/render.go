@@ -106,6 +106,8 @@ func Text(w io.Writer, r *Report) error {
 		for _, e := range ro.Exits {
 			mark := ""
 			switch {
+			case e.NeverReady:
+				mark = "  (never Ready, so no traffic to drain: not judged)"
 			case e.Killed():
 				mark = "  <- SIGKILL: the grace period ran out"
 			case e.Failed(r.AllowExitCodes):
@@ -175,7 +177,7 @@ func Markdown(w io.Writer, r *Report) error {
 			sides := ro.Sides()
 			killed := 0
 			for _, e := range ro.Exits {
-				if e.Killed() {
+				if e.Killed() && !e.NeverReady {
 					killed++
 				}
 			}

@@ -175,6 +175,11 @@ type PodExit struct {
 	Previous bool   `json:"previous,omitempty"`
 	ExitCode int32  `json:"exit_code"`
 	Reason   string `json:"reason,omitempty"`
+	// NeverReady is set for a pod the tracker never saw Ready: no Service
+	// routed to it (a surge pod of a template replaced while it started),
+	// so its exit says nothing of draining and does not judge the gate. A
+	// process stopped before it installed its SIGTERM handler exits 143.
+	NeverReady bool `json:"never_ready,omitempty"`
 }
 
 // Container kinds of PodExit.Kind.
@@ -191,7 +196,7 @@ func (e PodExit) Killed() bool { return e.ExitCode == 137 || e.Reason == "OOMKil
 // non-zero exit not in allowed (143 is 128 + SIGTERM: the app died of the
 // default action of the signal it should drain on).
 func (e PodExit) Failed(allowed []int32) bool {
-	return e.Killed() || e.ExitCode != 0 && !slices.Contains(allowed, e.ExitCode)
+	return !e.NeverReady && (e.Killed() || e.ExitCode != 0 && !slices.Contains(allowed, e.ExitCode))
 }
 
 // String reads "web-7d9-abc/app: 137 (Error, SIGKILL)", with "(sidecar)" or

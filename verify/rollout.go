@@ -417,7 +417,10 @@ func (r *runner) collect(ro *Rollout, tg *target, old map[types.UID]podState, be
 		switch _, wasOld := old[uid]; {
 		case wasOld:
 			pt.Deleted, pt.LeftSlices = p.deleted, p.leftSlices
-			ro.Exits = append(ro.Exits, p.exits...)
+			for _, e := range p.exits {
+				e.NeverReady = p.ready.IsZero()
+				ro.Exits = append(ro.Exits, e)
+			}
 			if tg.check && !p.deleted.IsZero() {
 				ro.Ports = append(ro.Ports, portCheck(p))
 			}

@@ -107,6 +107,7 @@ func exitReasons(ro Rollout, allowed []int32) []string {
 	var out []string
 	for _, e := range ro.Exits {
 		switch {
+		case e.NeverReady:
 		case e.Killed():
 			out = append(out, fmt.Sprintf("rollout %d: %s: killed at the end of the grace period (or out of memory); its shutdown was cut short", ro.N, e))
 		case e.Failed(allowed) && e.ExitCode == 143:

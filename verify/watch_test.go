@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -271,5 +272,60 @@ func TestNewReplicaSetHash(t *testing.T) {
 				t.Errorf("newReplicaSetHash = %q, %v; want %q", got, ok, tc.want)
 			}
 		})
+	}
+}
+
+// exited plays the deleting pod name's status with its container
+// terminated with code, Ready or not.
+func (s *watchScene) exited(name, tmpl string, ready bool, code int32) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, UID: types.UID(name),
+		Labels: map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: tmpl}},
+		Status: corev1.PodStatus{PodIP: "10.244.0.9", ContainerStatuses: []corev1.ContainerStatus{{Name: "app",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error"}}}}}}
+	if ready {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
+	ts := metav1.NewTime(s.clk.Now())
+	p.DeletionTimestamp = &ts
+	s.tr.onPod(s.clk.Now(), p, false)
+}
+
+// TestWatchNeverReadyExit: a pod of a template replaced while it started
+// (two template changes in one rollout) is stopped before its process
+// handles SIGTERM and exits 143. It was never Ready, so no Service routed
+// to it: its exit is reported but does not fail the gate. The same exit of
+// a replaced pod that was Ready does.
+func TestWatchNeverReadyExit(t *testing.T) {
+	s := newWatchScene(t, 1)
+	rep := s.run([]step{
+		{100, func() { s.change("b"); s.status(3, 1); s.pod("b-1", "b", false, false) }},
+		{400, func() { s.change("c"); s.status(3, 1); s.pod("b-1", "b", false, true); s.pod("c-1", "c", false, false) }},
+		{500, func() { s.exited("b-1", "b", false, 143) }},
+		{600, func() { s.gone("b-1", "b") }},
+		{700, func() { s.pod("c-1", "c", true, false); s.pod("a-1", "a", true, true); s.pod("c-2", "c", false, false) }},
+		{800, func() { s.exited("a-1", "a", false, 0) }},
+		{900, func() { s.gone("a-1", "a") }},
+		{1200, func() { s.pod("c-2", "c", true, false); s.pod("a-2", "a", true, true); s.status(2, 2) }},
+		{1300, func() { s.exited("a-2", "a", false, 143) }},
+		{1500, func() { s.gone("a-2", "a") }},
+	})
+	if len(rep.Rollouts) != 1 {
+		t.Fatalf("rollouts %+v, want 1", rep.Rollouts)
+	}
+	ro := rep.Rollouts[0]
+	var never, served []string
+	for _, e := range ro.Exits {
+		if e.NeverReady {
+			never = append(never, e.Pod)
+		} else {
+			served = append(served, e.Pod)
+		}
+	}
+	if len(never) != 1 || never[0] != "b-1" || len(served) != 2 {
+		t.Errorf("exits %+v: want b-1's never Ready, a-1's and a-2's served", ro.Exits)
+	}
+	reasons := exitReasons(ro, nil)
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "a-2/app: 143") {
+		t.Errorf("reasons %q: want a-2's 143 alone (b-1 was never Ready)", reasons)
 	}
 }
