@@ -107,7 +107,7 @@ func Text(w io.Writer, r *Report) error {
 			mark := ""
 			switch {
 			case e.NeverReady:
-				mark = "  (never Ready, so no traffic to drain: not judged)"
+				mark = "  (" + neverReadyNote + ")"
 			case e.Killed():
 				mark = "  <- SIGKILL: the grace period ran out"
 			case e.Failed(r.AllowExitCodes):
@@ -199,7 +199,10 @@ func Markdown(w io.Writer, r *Report) error {
 			details = append(details, fmt.Sprintf("- rollout %d port check: %s", ro.N, p))
 		}
 		for _, e := range ro.Exits {
-			if e.ExitCode != 0 {
+			switch {
+			case e.ExitCode != 0 && e.NeverReady:
+				details = append(details, fmt.Sprintf("- rollout %d exit: %s (%s)", ro.N, e, neverReadyNote))
+			case e.ExitCode != 0:
 				details = append(details, fmt.Sprintf("- rollout %d exit: %s", ro.N, e))
 			}
 		}

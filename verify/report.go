@@ -182,6 +182,9 @@ type PodExit struct {
 	NeverReady bool `json:"never_ready,omitempty"`
 }
 
+// neverReadyNote is what the reports say beside a NeverReady exit.
+const neverReadyNote = "never Ready, so no traffic to drain: not judged"
+
 // Container kinds of PodExit.Kind.
 const (
 	ContainerInit    = "init"

@@ -106,13 +106,15 @@ func decide(r *Report, requested int) Verdict {
 func exitReasons(ro Rollout, allowed []int32) []string {
 	var out []string
 	for _, e := range ro.Exits {
+		if !e.Failed(allowed) {
+			continue
+		}
 		switch {
-		case e.NeverReady:
 		case e.Killed():
 			out = append(out, fmt.Sprintf("rollout %d: %s: killed at the end of the grace period (or out of memory); its shutdown was cut short", ro.N, e))
-		case e.Failed(allowed) && e.ExitCode == 143:
+		case e.ExitCode == 143:
 			out = append(out, fmt.Sprintf("rollout %d: %s: died of SIGTERM, which it does not handle, so it did not drain (--%s 143 to accept)", ro.N, e, FlagAllowExitCodes))
-		case e.Failed(allowed):
+		default:
 			out = append(out, fmt.Sprintf("rollout %d: %s: exited non-zero at shutdown (--%s %d to accept)", ro.N, e, FlagAllowExitCodes, e.ExitCode))
 		}
 	}

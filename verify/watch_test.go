@@ -73,9 +73,8 @@ func (s *watchScene) replicaSet(tmpl string) {
 // pod plays one watch event of pod name of template tmpl at the clock's
 // now: ready, deleting (a deletionTimestamp), or gone (the DELETED event).
 func (s *watchScene) pod(name, tmpl string, ready, deleting bool) {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, UID: types.UID(name),
-		Labels: map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: tmpl}},
-		Status: corev1.PodStatus{PodIP: "10.244.0.9"}}
+	p := podOf(name, tmpl)
+	p.Status.PodIP = "10.244.0.9"
 	if ready {
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	}
@@ -87,9 +86,13 @@ func (s *watchScene) pod(name, tmpl string, ready, deleting bool) {
 }
 
 func (s *watchScene) gone(name, tmpl string) {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, UID: types.UID(name),
+	s.tr.onPod(s.clk.Now(), podOf(name, tmpl), true)
+}
+
+// podOf is pod name of template tmpl's ReplicaSet, with no status.
+func podOf(name, tmpl string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, UID: types.UID(name),
 		Labels: map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: tmpl}}}
-	s.tr.onPod(s.clk.Now(), p, true)
 }
 
 // change sets the Deployment's pod template to tmpl (a new generation) and
@@ -278,10 +281,9 @@ func TestNewReplicaSetHash(t *testing.T) {
 // exited plays the deleting pod name's status with its container
 // terminated with code, Ready or not.
 func (s *watchScene) exited(name, tmpl string, ready bool, code int32) {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, UID: types.UID(name),
-		Labels: map[string]string{"app": "web", appsv1.DefaultDeploymentUniqueLabelKey: tmpl}},
-		Status: corev1.PodStatus{PodIP: "10.244.0.9", ContainerStatuses: []corev1.ContainerStatus{{Name: "app",
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error"}}}}}}
+	p := podOf(name, tmpl)
+	p.Status = corev1.PodStatus{PodIP: "10.244.0.9", ContainerStatuses: []corev1.ContainerStatus{{Name: "app",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error"}}}}}
 	if ready {
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	}
@@ -327,5 +329,13 @@ func TestWatchNeverReadyExit(t *testing.T) {
 	reasons := exitReasons(ro, nil)
 	if len(reasons) != 1 || !strings.Contains(reasons[0], "a-2/app: 143") {
 		t.Errorf("reasons %q: want a-2's 143 alone (b-1 was never Ready)", reasons)
+	}
+	// A pull-request comment says why b-1's 143 did not count.
+	var md strings.Builder
+	if err := Markdown(&md, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "b-1/app: 143 (Error, SIGTERM) ("+neverReadyNote+")") {
+		t.Errorf("markdown does not mark b-1's exit as not judged:\n%s", md.String())
 	}
 }
