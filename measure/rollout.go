@@ -51,7 +51,7 @@ func (r *runner) rollouts(ctx context.Context, sink Sink) error {
 				trial++
 				uid := tw.uid
 				snap := r.watch.snapshot(uid)
-				in := r.newInput(gctx, trial, snap.lastPod, snap.addr)
+				in := r.newInput(gctx, trial, snap.lastPod, snap.addr, r.startRunners(gctx))
 				in.t0, in.rollout = snap.t0, true
 				// The Deployment deletes an old pod once a new one is
 				// available: the k-th deletion is the k-th new pod's.

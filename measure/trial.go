@@ -28,9 +28,28 @@ const timelineEvery = time.Second
 
 // pickPod chooses the trial's victim: the oldest ready pod, as a rolling
 // update would, with the name breaking ties so the choice is reproducible.
-func pickPod(pods []*corev1.Pod) *corev1.Pod {
+// With stream holders (held: each holder's open streams by pod), the oldest
+// among the pods holding a stream of every holder: streams never rebalance,
+// so a holder that opened its streams before a pod was Ready (an in-cluster
+// runner starts with the probe pods) may hold none on the oldest, and a
+// trial of that pod would follow none of that holder's streams. Which pod
+// holds the streams says nothing of how fast its address is withdrawn, so
+// the choice does not bias the window. When no pod holds a stream of every
+// holder, the oldest of all: the trial then records what it saw.
+func pickPod(pods []*corev1.Pod, held ...map[string]int) *corev1.Pod {
 	if len(pods) == 0 {
 		return nil
+	}
+	holding := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool {
+		for _, h := range held {
+			if h[p.Name] == 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if len(holding) > 0 {
+		pods = holding
 	}
 	return slices.MinFunc(pods, func(a, b *corev1.Pod) int {
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
@@ -43,6 +62,26 @@ func pickPod(pods []*corev1.Pod) *corev1.Pod {
 	})
 }
 
+// streamsHeld is each stream holder's open streams by pod as a trial
+// begins: the tool's own and each runner's (read in runners), nil without
+// streams.
+func (r *runner) streamsHeld(runners []*runnerState) []map[string]int {
+	if r.cfg.Streams.N == 0 {
+		return nil
+	}
+	var held []map[string]int
+	if r.streams != nil {
+		ev, _ := r.streams.Events()
+		held = append(held, load.OpenByPod(ev))
+	}
+	for _, st := range runners {
+		if st.statsOK {
+			held = append(held, load.OpenByPod(st.stats.Streams))
+		}
+	}
+	return held
+}
+
 // trial deletes one pod and records every stage of its removal.
 func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	cfg := r.cfg
@@ -50,7 +89,9 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	pod := pickPod(pods)
+	// The runners are read before the choice: their streams decide it.
+	runners := r.startRunners(ctx)
+	pod := pickPod(pods, r.streamsHeld(runners)...)
 	if pod == nil {
 		return nil, fmt.Errorf("trial %d: no ready probe pod to delete", i)
 	}
@@ -58,7 +99,7 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trial %d: pod %s address %q: %w", i, pod.Name, pod.Status.PodIP, err)
 	}
-	in := r.newInput(ctx, i, pod, addr)
+	in := r.newInput(ctx, i, pod, addr, runners)
 	r.report(Progress{Phase: "trial", Trial: i, Stage: "delete", Message: "deleting " + pod.Name})
 
 	r.watch.begin(pod, addr)
@@ -78,9 +119,9 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 // newInput starts a trial's input for pod. A pod that served no load has no
 // skew estimate from responses; its /clock is read through the pod proxy
 // while it still runs.
-func (r *runner) newInput(ctx context.Context, i int, pod *corev1.Pod, addr netip.Addr) trialInput {
+func (r *runner) newInput(ctx context.Context, i int, pod *corev1.Pod, addr netip.Addr, runners []*runnerState) trialInput {
 	in := trialInput{trial: i, pod: pod.Name, node: pod.Spec.NodeName, addr: addr, observer: r.tracker.Observer().Name(),
-		maxSkew: r.cfg.MaxSkewUncertainty, runners: r.startRunners(ctx)}
+		maxSkew: r.cfg.MaxSkewUncertainty, runners: runners}
 	if _, ok := r.gen.Skew(pod.Name); !ok {
 		if est, err := load.ClockSample(ctx, r.cfg.Clock, func(ctx context.Context) (time.Time, error) {
 			return r.probes.probeClock(ctx, pod.Name)

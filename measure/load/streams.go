@@ -264,6 +264,28 @@ func OpenStreams(ev []StreamEvent) int {
 	return len(open)
 }
 
+// OpenByPod is how many streams of ev are open at its end, by the pod each
+// opened on (an open event's Pod); streams whose pod is unknown are left
+// out.
+func OpenByPod(ev []StreamEvent) map[string]int {
+	on := map[int]string{}
+	for _, e := range ev {
+		switch e.Kind {
+		case EventOpen:
+			on[e.Slot] = e.Pod
+		case EventClose:
+			delete(on, e.Slot)
+		}
+	}
+	out := map[string]int{}
+	for _, pod := range on {
+		if pod != "" {
+			out[pod]++
+		}
+	}
+	return out
+}
+
 // Open is how many streams are open now.
 func (h *StreamHolder) Open() int64 { return h.open.Load() }
 
