@@ -217,3 +217,42 @@ func snippet(b []byte) string {
 	}
 	return string(b)
 }
+
+// Truncater is a results file WholeLines can cut back: an *os.File.
+type Truncater interface {
+	io.Writer
+	Truncate(size int64) error
+}
+
+// WholeLines wraps a results file written from its start so that a write
+// that fails part way — a full volume (ENOSPC) writes what fits, then
+// fails — is cut back to the end of the last whole record, and every later
+// write fails with that first error without writing: the file stays a
+// valid results file of the records before the failure, which a summary
+// written after the error cannot break by landing behind a cut line.
+func WholeLines(f Truncater) io.Writer { return &wholeLines{f: f} }
+
+type wholeLines struct {
+	f   Truncater
+	off int64 // end of the last whole write
+	err error
+}
+
+func (w *wholeLines) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	n, err := w.f.Write(p)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		w.err = err
+		if terr := w.f.Truncate(w.off); terr != nil {
+			w.err = errors.Join(err, fmt.Errorf("cut the results file back to its last whole record: %w", terr))
+		}
+		return 0, w.err
+	}
+	w.off += int64(n)
+	return n, nil
+}
