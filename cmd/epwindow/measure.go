@@ -89,7 +89,7 @@ func measureFlags() []cli.Flag {
 	// Unlike kubectl, no -n does not mean the context's namespace: measure
 	// then makes a namespace of its own, the safe default.
 	fs := append(kubeFlags("run in this existing namespace (RBAC: deploy/rbac/namespaced) instead of creating epwindow-<id>; only the run's own objects there are created and deleted (default: a new namespace, not the context's)"), workloadFlags()...)
-	return append(fs,
+	fs = append(fs,
 		wideFlag(),
 		&cli.IntFlag{Name: measure.FlagTrials, Value: defaultTrials, Usage: fmt.Sprintf("deletions to time; the largest of %d bounds the p95 at 95%% (the p99 needs 299)", defaultTrials), Category: "Trials"},
 		&cli.Float64Flag{Name: flagQuantile, Value: results.DefaultQuantile, Usage: "share of deletions the recommended preStop covers, as an upper confidence bound", Category: "Trials"},
@@ -126,6 +126,9 @@ func measureFlags() []cli.Flag {
 		&cli.IntFlag{Name: flagLoadMaxConns, Usage: "most load requests in flight; more are counted as dropped (default: rate × timeout)", Category: "Load"},
 		&cli.StringFlag{Name: measure.FlagOut, Usage: "results file, JSON lines written as trials end (default epwindow-<time>.jsonl)", Category: "Output"},
 		&cli.BoolFlag{Name: measure.FlagKeep, Usage: "leave what the run created (its namespace, or its objects in --namespace) for inspection", Category: "Output"},
+	)
+	fs = append(fs, historyFlags()...)
+	return append(fs,
 		&cli.StringFlag{Name: flagBaseline, Usage: "results file of an earlier run to compare with (thresholds apply to the change)", Category: "Gate"},
 		&cli.StringSliceFlag{Name: flagMaxP99, Usage: "fail (exit 3) when a stage's p99 exceeds a bound, e.g. window=3s (repeatable)", Category: "Gate"},
 		&cli.StringFlag{Name: flagMaxRegression, Usage: "fail (exit 3) when a quantile judged worse than --baseline grew by more, e.g. 20%", Category: "Gate"},
@@ -247,6 +250,10 @@ func runMeasure(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("epwindow measure: "+err.Error(), exitUsage)
 	}
+	hist, err := historyConfig(c)
+	if err != nil {
+		return cli.Exit("epwindow measure: "+err.Error(), exitUsage)
+	}
 	kc, err := kube(c)
 	if err != nil {
 		return cli.Exit("epwindow measure: "+err.Error(), kubeExitCode(err))
@@ -272,16 +279,32 @@ func runMeasure(c *cli.Context) error {
 		return cli.Exit("epwindow measure: "+err.Error(), code)
 	}
 
-	outPath := c.String(measure.FlagOut)
-	if outPath == "" {
-		outPath = "epwindow-" + time.Now().UTC().Format("20060102-150405") + ".jsonl"
+	outPath, outFlag := c.String(measure.FlagOut), measure.FlagOut
+	now := time.Now()
+	switch {
+	case hist != nil:
+		outPath, outFlag = hist.path(now), flagHistoryDir
+	case outPath == "":
+		outPath = "epwindow-" + now.UTC().Format("20060102-150405") + ".jsonl"
 	}
 	f, err := os.OpenFile(outPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("epwindow measure: --%s: %v", measure.FlagOut, err), exitUsage)
+		return cli.Exit(fmt.Sprintf("epwindow measure: --%s: %v", outFlag, err), exitUsage)
 	}
 	defer f.Close()
-	sink := &fileSink{w: results.NewWriter(f), opts: opts, hold: cfg.PreStopSleep + cfg.Hold}
+	if hist != nil {
+		// Before the run writes: a full volume gets the room first.
+		removed, err := hist.prune(outPath, now)
+		if len(removed) > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "epwindow measure: removed %d expired run(s) from %s\n", len(removed), hist.dir)
+		}
+		if err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "epwindow measure: %v\n", err)
+		}
+	}
+	// A write cut short by a full volume is cut back to the last whole
+	// record, so the file stays valid.
+	sink := &fileSink{w: results.NewWriter(results.WholeLines(f)), opts: opts, hold: cfg.PreStopSleep + cfg.Hold}
 	prog := newProgress(c.App.ErrWriter, cfg.Trials)
 	started := time.Now()
 	runErr := measure.Run(c.Context, cfg, sink, prog.update)
@@ -329,6 +352,9 @@ func runMeasure(c *cli.Context) error {
 	}
 	var flagErr *measure.FlagError
 	var clusterErr *measure.ClusterError
+	if msg, ok := fullVolume(runErr, outPath, sink.header != nil, len(sink.trials)); ok {
+		return cli.Exit("epwindow measure: "+msg, exitFailure)
+	}
 	switch {
 	case runErr == nil:
 		return nil
@@ -377,8 +403,13 @@ func (s *fileSink) Header(h *results.Header) error {
 	if h.HoldNS == 0 {
 		h.HoldNS = int64(s.hold)
 	}
+	// Only a header on disk makes a results file: one a full volume
+	// refused is removed, not left empty.
+	if err := s.w.WriteHeader(h); err != nil {
+		return err
+	}
 	s.header = h
-	return s.w.WriteHeader(h)
+	return nil
 }
 
 func (s *fileSink) Trial(r *results.Record) error {

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/results"
+)
+
+// Flags of measure's history folder: what a scheduled run (epwindow
+// manifests --schedule) writes to its volume. manifests passes them on.
+const (
+	flagHistoryDir = "history"
+	flagKeepRuns   = "keep-runs"
+	flagKeepFor    = "keep-for"
+)
+
+// historyFlags are measure's flags for writing into a history folder.
+func historyFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: flagHistoryDir, Usage: "write the results into this existing folder as run-<start>.jsonl (instead of --out), where epwindow history reads a history; with --keep-runs and --keep-for, older runs there are removed as this one starts", Category: "Output"},
+		&cli.IntFlag{Name: flagKeepRuns, Usage: "with --history: keep the newest this many runs there, this one included (0: any number)", Category: "Output"},
+		&cli.DurationFlag{Name: flagKeepFor, Usage: "with --history: remove runs there that started longer ago than this (0: any age)", Category: "Output"},
+	}
+}
+
+// historyDir is measure's --history: the folder the run's results file
+// goes into, and what the folder keeps.
+type historyDir struct {
+	dir  string
+	keep results.Retention
+}
+
+// historyConfig reads --history and the retention flags; nil without
+// --history. It checks the folder before anything is created in the
+// cluster: it must exist, be a folder, and take a new file.
+func historyConfig(c *cli.Context) (*historyDir, error) {
+	h := &historyDir{
+		dir:  c.String(flagHistoryDir),
+		keep: results.Retention{KeepRuns: c.Int(flagKeepRuns), KeepFor: c.Duration(flagKeepFor)},
+	}
+	if err := h.keep.Validate(flagKeepRuns, flagKeepFor); err != nil {
+		return nil, err
+	}
+	if h.dir == "" {
+		for _, f := range []string{flagKeepRuns, flagKeepFor} {
+			if c.IsSet(f) {
+				return nil, fmt.Errorf("--%s needs --%s (the folder whose runs it keeps)", f, flagHistoryDir)
+			}
+		}
+		return nil, nil
+	}
+	if c.IsSet(measure.FlagOut) {
+		return nil, fmt.Errorf("--%s and --%s: give one (--%s names the file itself)", measure.FlagOut, flagHistoryDir, flagHistoryDir)
+	}
+	if err := checkWritableDir(h.dir); err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", flagHistoryDir, h.dir, err)
+	}
+	return h, nil
+}
+
+// checkWritableDir makes sure dir is a folder a file can be created in, by
+// creating one and removing it: permission bits do not tell (root, ACLs,
+// a read-only mount).
+func checkWritableDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return errors.New("no such folder (a scheduled run mounts its history volume there)")
+		}
+		return err
+	}
+	if !st.IsDir() {
+		return errors.New("not a folder")
+	}
+	f, err := os.CreateTemp(dir, ".epwindow-write-check-*")
+	if err != nil {
+		return fmt.Errorf("not writable: %w", err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// path is the results file of a run started at start.
+func (h *historyDir) path(start time.Time) string {
+	return filepath.Join(h.dir, results.RunFileName(start))
+}
+
+// prune applies the retention to the folder, never to current (the
+// run's own file), and returns the names it removed.
+func (h *historyDir) prune(current string, now time.Time) ([]string, error) {
+	if h.keep == (results.Retention{}) {
+		return nil, nil
+	}
+	removed, err := h.keep.Prune(h.dir, filepath.Base(current), now)
+	if err != nil {
+		return removed, fmt.Errorf("--%s %s: %w", flagHistoryDir, h.dir, err)
+	}
+	return removed, nil
+}
+
+// fullVolume explains a run stopped by a full volume (ENOSPC while writing
+// its results): what stays, and what to do. written says the file holds
+// its header (otherwise it was removed); ok is false for other errors.
+func fullVolume(err error, path string, written bool, trials int) (msg string, ok bool) {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return "", false
+	}
+	kept := "no results file was written"
+	if written {
+		kept = fmt.Sprintf("its %d finished trials stay there as a valid partial results file", trials)
+	}
+	return fmt.Sprintf("the volume of %s is full (no space left on device); cleaned up; %s: free space, or keep fewer runs (--%s, --%s)",
+		path, kept, flagKeepRuns, flagKeepFor), true
+}

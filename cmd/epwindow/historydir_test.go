@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/epwindow/epwindow/results"
+)
+
+func parseHistory(t *testing.T, args ...string) (*historyDir, error) {
+	t.Helper()
+	return parseWith(t, measureCommand(), historyConfig, args...)
+}
+
+func TestHistoryConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, err := parseHistory(t, "--history", dir, "--keep-runs", "30", "--keep-for", "720h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.dir != dir || h.keep != (results.Retention{KeepRuns: 30, KeepFor: 720 * time.Hour}) {
+		t.Errorf("history = %+v", h)
+	}
+	if h, err := parseHistory(t); h != nil || err != nil {
+		t.Errorf("no --history: %+v, %v; want nil, nil", h, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("the write check left files: %v", entries)
+	}
+
+	bad := []struct {
+		args []string
+		want []string // in the error
+	}{
+		{[]string{"--history", filepath.Join(dir, "missing")}, []string{"--history", "no such folder"}},
+		{[]string{"--history", file}, []string{"--history", "not a folder"}},
+		{[]string{"--history", dir, "--out", "x.jsonl"}, []string{"--out", "--history"}},
+		{[]string{"--keep-runs", "3"}, []string{"--keep-runs needs --history"}},
+		{[]string{"--keep-for", "24h"}, []string{"--keep-for needs --history"}},
+		{[]string{"--history", dir, "--keep-runs", "-1"}, []string{"--keep-runs"}},
+		{[]string{"--history", dir, "--keep-for", "-1h"}, []string{"--keep-for"}},
+	}
+	for _, tt := range bad {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, err := parseHistory(t, tt.args...)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestHistoryNotWritable: a folder no file can be created in is refused
+// before the run, naming the flag.
+func TestHistoryNotWritable(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(dir, 0o755) })
+	if os.Geteuid() == 0 {
+		// root writes through permission bits; sysfs's root folder
+		// refuses even root.
+		dir = "/sys"
+	}
+	if f, err := os.CreateTemp(dir, "probe-*"); err == nil {
+		f.Close()
+		os.Remove(f.Name())
+		t.Skipf("%s is writable here", dir)
+	}
+	_, err := parseHistory(t, "--history", dir)
+	if err == nil || !strings.Contains(err.Error(), "--history") || !strings.Contains(err.Error(), "not writable") {
+		t.Errorf("error = %v, want --history … not writable", err)
+	}
+}
+
+// TestHistoryPrune: a run prunes the folder as it starts, never its own
+// file; without retention flags it touches nothing.
+func TestHistoryPrune(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	h := &historyDir{dir: dir, keep: results.Retention{KeepRuns: 2}}
+	var paths []string
+	for i := range 4 {
+		p := h.path(now.Add(-time.Duration(i) * time.Hour))
+		paths = append(paths, p)
+		if err := os.WriteFile(p, []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if removed, err := (&historyDir{dir: dir}).prune(paths[0], now); err != nil || len(removed) != 0 {
+		t.Errorf("no retention: removed %v, %v", removed, err)
+	}
+	removed, err := h.prune(paths[0], now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 2 {
+		t.Errorf("removed %v, want the 2 oldest", removed)
+	}
+	for i, p := range paths {
+		_, err := os.Stat(p)
+		if kept := err == nil; kept != (i < 2) {
+			t.Errorf("%s kept = %v", filepath.Base(p), kept)
+		}
+	}
+}
+
+// fullFile is a results file on a volume with room for room bytes.
+type fullFile struct {
+	buf  bytes.Buffer
+	room int
+}
+
+func (f *fullFile) Write(p []byte) (int, error) {
+	if free := f.room - f.buf.Len(); len(p) > free {
+		f.buf.Write(p[:max(free, 0)])
+		return max(free, 0), &os.PathError{Op: "write", Path: "run.jsonl", Err: syscall.ENOSPC}
+	}
+	return f.buf.Write(p)
+}
+
+func (f *fullFile) Truncate(size int64) error {
+	f.buf.Truncate(int(size))
+	return nil
+}
+
+// TestFullVolume: measure's sink over a volume that fills during the
+// second trial keeps the header and the first trial as a valid partial
+// file, and the run's error says so.
+func TestFullVolume(t *testing.T) {
+	hdr := &results.Header{Namespace: "epwindow"}
+	trial := func(n int) *results.Record { return &results.Record{Trial: n, Pod: "probe-abc", Valid: true} }
+	var probe bytes.Buffer
+	pw := results.NewWriter(&probe)
+	if err := errors.Join(pw.WriteHeader(hdr), pw.WriteTrial(trial(1))); err != nil {
+		t.Fatal(err)
+	}
+	f := &fullFile{room: probe.Len() + 10}
+	sink := &fileSink{w: results.NewWriter(results.WholeLines(f))}
+	if err := sink.Header(&results.Header{Namespace: "epwindow"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Trial(trial(1)); err != nil {
+		t.Fatal(err)
+	}
+	err := sink.Trial(trial(2))
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("second trial: %v, want ENOSPC", err)
+	}
+	got, derr := results.Decode(bytes.NewReader(f.buf.Bytes()))
+	if derr != nil || got.Header == nil || len(got.Trials) != 1 {
+		t.Fatalf("partial file: %+v, %v; want the header and 1 trial", got, derr)
+	}
+	msg, ok := fullVolume(err, "/history/run.jsonl", sink.header != nil, 1)
+	for _, w := range []string{"/history/run.jsonl", "full", "1 finished trials", "valid partial", "--keep-runs"} {
+		if !ok || !strings.Contains(msg, w) {
+			t.Errorf("message %q does not say %q", msg, w)
+		}
+	}
+
+	// Full before the header: no file is kept, and the message says so.
+	sink = &fileSink{w: results.NewWriter(results.WholeLines(&fullFile{room: 5}))}
+	err = sink.Header(&results.Header{})
+	if sink.header != nil {
+		t.Error("a header the volume refused counts as written")
+	}
+	if msg, ok := fullVolume(err, "run.jsonl", sink.header != nil, 0); !ok || !strings.Contains(msg, "no results file") {
+		t.Errorf("message %q", msg)
+	}
+	if _, ok := fullVolume(errors.New("watch broke"), "run.jsonl", true, 3); ok {
+		t.Error("another error taken for a full volume")
+	}
+}
