@@ -200,7 +200,20 @@ func (p Params) Validate() error {
 			return fmt.Errorf("--grace (%s) must exceed %s: the kubelet kills the probe at the end of the grace period", p.GracePeriod, what)
 		}
 	}
-	for k, v := range p.Labels {
+	if err := validateLabels(p.Labels); err != nil {
+		return err
+	}
+	if p.RunID != "" {
+		if errs := validation.IsValidLabelValue(p.RunID); len(errs) > 0 {
+			return fmt.Errorf("run id %q: %s", p.RunID, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// validateLabels checks the --label values.
+func validateLabels(labels map[string]string) error {
+	for k, v := range labels {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return fmt.Errorf("label key %q (--label): %s", k, strings.Join(errs, "; "))
 		}
@@ -210,11 +223,6 @@ func (p Params) Validate() error {
 		switch k {
 		case LabelName, LabelInstance, LabelManagedBy, LabelRunID:
 			return fmt.Errorf("label %q (--label) is set by epwindow itself", k)
-		}
-	}
-	if p.RunID != "" {
-		if errs := validation.IsValidLabelValue(p.RunID); len(errs) > 0 {
-			return fmt.Errorf("run id %q: %s", p.RunID, strings.Join(errs, "; "))
 		}
 	}
 	return nil

@@ -30,11 +30,17 @@ func (wl *Workload) Objects() []any {
 	return out
 }
 
-// WriteYAML writes the workload as a multi-document YAML stream in apply
+// Manifest is a set of rendered objects in apply order: a Workload or a
+// Schedule.
+type Manifest interface {
+	Objects() []any
+}
+
+// WriteYAML writes the objects as a multi-document YAML stream in apply
 // order, without the empty status and creationTimestamp fields a typed
 // object would otherwise print: what `kubectl apply -f -` takes.
-func WriteYAML(w io.Writer, wl *Workload) error {
-	for i, obj := range wl.Objects() {
+func WriteYAML(w io.Writer, m Manifest) error {
+	for i, obj := range m.Objects() {
 		data, err := objectYAML(obj)
 		if err != nil {
 			return err
@@ -66,18 +72,24 @@ func objectYAML(obj any) ([]byte, error) {
 		delete(m, "spec") // a Namespace's
 	}
 	dropCreationTimestamp(m)
-	if spec, ok := m["spec"].(map[string]any); ok {
-		if tmpl, ok := spec["template"].(map[string]any); ok {
-			dropCreationTimestamp(tmpl)
-		}
-	}
 	return yaml.Marshal(m)
 }
 
+// dropCreationTimestamp deletes the null creationTimestamp of every
+// metadata in obj: the object's, and its templates' (a Deployment's pod
+// template, a CronJob's job template and its pod template).
 func dropCreationTimestamp(obj map[string]any) {
-	if meta, ok := obj["metadata"].(map[string]any); ok {
-		if ts, ok := meta["creationTimestamp"]; ok && ts == nil {
-			delete(meta, "creationTimestamp")
+	for k, v := range obj {
+		sub, ok := v.(map[string]any)
+		if !ok {
+			continue
 		}
+		if k == "metadata" {
+			if ts, ok := sub["creationTimestamp"]; ok && ts == nil {
+				delete(sub, "creationTimestamp")
+			}
+			continue
+		}
+		dropCreationTimestamp(sub)
 	}
 }

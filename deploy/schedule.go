@@ -1,0 +1,247 @@
+package deploy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/robfig/cron/v3"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+// ScheduleDir is the kustomization of the in-cluster schedule.
+const ScheduleDir = "schedule"
+
+// Names of the schedule's objects in its namespace.
+const (
+	ScheduleName = "epwindow-measure"
+	// HistoryClaim is the PersistentVolumeClaim of the history.
+	HistoryClaim = "epwindow-history"
+	// HistoryMountPath is where the run's container mounts the history
+	// volume: measure --history writes there.
+	HistoryMountPath = "/var/lib/epwindow/history"
+	// scheduleRole names the Role and RoleBinding; the ClusterRole and
+	// ClusterRoleBinding add the namespace, being cluster-wide. Names of
+	// their own, so that applying the schedule does not rebind the
+	// namespaced variant's epwindow-measure roles (deploy/rbac/namespaced)
+	// to the ServiceAccount, and deleting it does not remove them.
+	scheduleRole = "epwindow-schedule"
+)
+
+// DefaultHistorySize is the history volume's request: a run of 10 trials
+// writes some 100 KiB, so a GiB holds thousands of runs.
+var DefaultHistorySize = resource.MustParse("1Gi")
+
+// ScheduleParams are the values of the in-cluster schedule.
+type ScheduleParams struct {
+	// Namespace holds everything, the probe workload of each run included.
+	Namespace string
+	// Schedule is the CronJob's spec.schedule.
+	Schedule string
+	// Image runs measure (and is the probe's image: the same epwindow).
+	Image string
+	// HistorySize is the history volume's storage request.
+	HistorySize resource.Quantity
+	// StorageClass is the claim's class; "" is the cluster's default.
+	StorageClass string
+	// Args are measure's flags after the --namespace and --history the
+	// schedule sets itself.
+	Args   []string
+	Labels map[string]string
+}
+
+// Schedule is the rendered in-cluster schedule, in apply order.
+type Schedule struct {
+	Namespace          *corev1.Namespace
+	ServiceAccount     *corev1.ServiceAccount
+	Role               *rbacv1.Role
+	RoleBinding        *rbacv1.RoleBinding
+	ClusterRole        *rbacv1.ClusterRole
+	ClusterRoleBinding *rbacv1.ClusterRoleBinding
+	Claim              *corev1.PersistentVolumeClaim
+	CronJob            *batchv1.CronJob
+}
+
+// Objects returns the schedule's objects in apply order.
+func (s *Schedule) Objects() []any {
+	return []any{s.Namespace, s.ServiceAccount, s.Role, s.RoleBinding, s.ClusterRole, s.ClusterRoleBinding, s.Claim, s.CronJob}
+}
+
+// ValidateSchedule checks a CronJob schedule as the API server does on
+// create: github.com/robfig/cron/v3 ParseStandard (five fields, or a
+// descriptor such as @hourly or @every 6h), and no TZ= or CRON_TZ= in it
+// (kubernetes pkg/apis/batch/validation/validation.go,
+// validateScheduleFormat: "cannot use TZ or CRON_TZ in schedule, use
+// timeZone field instead").
+func ValidateSchedule(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("--schedule is empty: want a cron schedule such as \"0 */6 * * *\" or \"@every 6h\"")
+	}
+	if strings.Contains(s, "TZ") {
+		return fmt.Errorf("--schedule %q: the API server refuses TZ or CRON_TZ in a CronJob's schedule", s)
+	}
+	if _, err := cron.ParseStandard(s); err != nil {
+		return fmt.Errorf("--schedule %q: %w (want five fields, e.g. \"0 */6 * * *\", or @hourly, @daily, @every 6h)", s, err)
+	}
+	return nil
+}
+
+// Validate checks the parameters; messages name the flag to change.
+func (p ScheduleParams) Validate() error {
+	if errs := validation.IsDNS1123Label(p.Namespace); len(errs) > 0 {
+		return fmt.Errorf("namespace %q (--namespace): %s", p.Namespace, strings.Join(errs, "; "))
+	}
+	if err := ValidateSchedule(p.Schedule); err != nil {
+		return err
+	}
+	if strings.TrimSpace(p.Image) == "" || strings.ContainsAny(p.Image, " \t\n") {
+		return fmt.Errorf("--image %q: must name an image, e.g. registry.example.com/epwindow:v1", p.Image)
+	}
+	if p.HistorySize.Sign() <= 0 {
+		return fmt.Errorf("--history-size (%s) must be above 0", p.HistorySize.String())
+	}
+	if p.StorageClass != "" {
+		if errs := validation.IsDNS1123Subdomain(p.StorageClass); len(errs) > 0 {
+			return fmt.Errorf("--storage-class %q: %s", p.StorageClass, strings.Join(errs, "; "))
+		}
+	}
+	return validateLabels(p.Labels)
+}
+
+// RenderSchedule builds deploy/schedule from the embedded manifests and
+// sets p's values on its objects.
+func RenderSchedule(p ScheduleParams) (*Schedule, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := kustomize(ScheduleDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Schedule{}
+	for _, r := range m.Resources() {
+		data, err := r.AsYAML()
+		if err != nil {
+			return nil, fmt.Errorf("deploy/%s: %s: %w", ScheduleDir, r.CurId(), err)
+		}
+		var target any
+		switch kind := r.GetKind(); kind {
+		case "Namespace":
+			s.Namespace = &corev1.Namespace{}
+			target = s.Namespace
+		case "ServiceAccount":
+			s.ServiceAccount = &corev1.ServiceAccount{}
+			target = s.ServiceAccount
+		case "Role":
+			s.Role = &rbacv1.Role{}
+			target = s.Role
+		case "RoleBinding":
+			s.RoleBinding = &rbacv1.RoleBinding{}
+			target = s.RoleBinding
+		case "ClusterRole":
+			s.ClusterRole = &rbacv1.ClusterRole{}
+			target = s.ClusterRole
+		case "ClusterRoleBinding":
+			s.ClusterRoleBinding = &rbacv1.ClusterRoleBinding{}
+			target = s.ClusterRoleBinding
+		case "PersistentVolumeClaim":
+			s.Claim = &corev1.PersistentVolumeClaim{}
+			target = s.Claim
+		case "CronJob":
+			s.CronJob = &batchv1.CronJob{}
+			target = s.CronJob
+		default:
+			return nil, fmt.Errorf("deploy/%s: unexpected %s %q", ScheduleDir, kind, r.GetName())
+		}
+		// Strict: a field the typed API does not know is a typo in the YAML.
+		if err := yaml.UnmarshalStrict(data, target); err != nil {
+			return nil, fmt.Errorf("deploy/%s: decode %s: %w", ScheduleDir, r.CurId(), err)
+		}
+	}
+	if s.Namespace == nil || s.ServiceAccount == nil || s.Role == nil || s.RoleBinding == nil ||
+		s.ClusterRole == nil || s.ClusterRoleBinding == nil || s.Claim == nil || s.CronJob == nil {
+		return nil, fmt.Errorf("deploy/%s: want a Namespace, a ServiceAccount, a Role, a ClusterRole, their bindings, a PersistentVolumeClaim and a CronJob", ScheduleDir)
+	}
+	if err := p.apply(s); err != nil {
+		return nil, fmt.Errorf("deploy/%s: %w", ScheduleDir, err)
+	}
+	return s, nil
+}
+
+// apply sets p's values on the decoded objects.
+func (p ScheduleParams) apply(s *Schedule) error {
+	s.Namespace.Name = p.Namespace
+	clusterName := scheduleRole + "-" + p.Namespace
+	s.Role.Name, s.RoleBinding.Name = scheduleRole, scheduleRole
+	s.ClusterRole.Name, s.ClusterRoleBinding.Name = clusterName, clusterName
+	for _, m := range []*metav1.ObjectMeta{&s.Namespace.ObjectMeta, &s.ClusterRole.ObjectMeta, &s.ClusterRoleBinding.ObjectMeta} {
+		p.label(m)
+	}
+	for _, m := range []*metav1.ObjectMeta{
+		&s.ServiceAccount.ObjectMeta, &s.Role.ObjectMeta, &s.RoleBinding.ObjectMeta, &s.Claim.ObjectMeta,
+		&s.CronJob.ObjectMeta, &s.CronJob.Spec.JobTemplate.ObjectMeta, &s.CronJob.Spec.JobTemplate.Spec.Template.ObjectMeta,
+	} {
+		m.Namespace = p.Namespace
+		p.label(m)
+	}
+	// The templates' metadata have no namespace of their own.
+	s.CronJob.Spec.JobTemplate.Namespace, s.CronJob.Spec.JobTemplate.Spec.Template.Namespace = "", ""
+
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: s.ServiceAccount.Name, Namespace: p.Namespace}}
+	s.RoleBinding.Subjects, s.ClusterRoleBinding.Subjects = subject, subject
+	s.RoleBinding.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: s.Role.Name}
+	s.ClusterRoleBinding.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: s.ClusterRole.Name}
+
+	if s.Claim.Spec.Resources.Requests == nil {
+		s.Claim.Spec.Resources.Requests = corev1.ResourceList{}
+	}
+	s.Claim.Spec.Resources.Requests[corev1.ResourceStorage] = p.HistorySize
+	if p.StorageClass != "" {
+		class := p.StorageClass
+		s.Claim.Spec.StorageClassName = &class
+	}
+
+	cj := &s.CronJob.Spec
+	cj.Schedule = p.Schedule
+	pod := &cj.JobTemplate.Spec.Template.Spec
+	pod.ServiceAccountName = s.ServiceAccount.Name
+	if len(pod.Containers) != 1 {
+		return fmt.Errorf("the CronJob's pod has %d containers, want 1", len(pod.Containers))
+	}
+	c := &pod.Containers[0]
+	c.Image = p.Image
+	mounted := false
+	for _, vm := range c.VolumeMounts {
+		mounted = mounted || vm.MountPath == HistoryMountPath
+	}
+	claimed := false
+	for i := range pod.Volumes {
+		if v := pod.Volumes[i].PersistentVolumeClaim; v != nil {
+			v.ClaimName = s.Claim.Name
+			claimed = true
+		}
+	}
+	if !mounted || !claimed {
+		return fmt.Errorf("the CronJob's container does not mount the history claim at %s", HistoryMountPath)
+	}
+	c.Command = append(c.Command[:len(c.Command):len(c.Command)], "--namespace="+p.Namespace, "--history="+HistoryMountPath)
+	c.Command = append(c.Command, p.Args...)
+	return nil
+}
+
+// label adds the schedule's labels to m.
+func (p ScheduleParams) label(m *metav1.ObjectMeta) {
+	if m.Labels == nil {
+		m.Labels = map[string]string{}
+	}
+	for k, v := range p.Labels {
+		m.Labels[k] = v
+	}
+	m.Labels[LabelManagedBy] = ManagedByValue
+}

@@ -1,0 +1,265 @@
+package deploy
+
+import (
+	"bytes"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	psapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+	"sigs.k8s.io/yaml"
+)
+
+func testScheduleParams() ScheduleParams {
+	return ScheduleParams{
+		Namespace:    "team-a",
+		Schedule:     "@every 6h",
+		Image:        "registry.example.com/epwindow:v1",
+		HistorySize:  resource.MustParse("2Gi"),
+		StorageClass: "fast",
+		Args:         []string{"--trials=10", "--keep-runs=200", "--url=http://ingress.example"},
+		Labels:       map[string]string{"team": "platform"},
+	}
+}
+
+func mustRenderSchedule(t *testing.T, p ScheduleParams) *Schedule {
+	t.Helper()
+	s, err := RenderSchedule(p)
+	if err != nil {
+		t.Fatalf("RenderSchedule: %v", err)
+	}
+	return s
+}
+
+func TestRenderSchedule(t *testing.T) {
+	p := testScheduleParams()
+	s := mustRenderSchedule(t, p)
+
+	if s.Namespace.Name != "team-a" || s.Namespace.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("Namespace = %q, labels %v", s.Namespace.Name, s.Namespace.Labels)
+	}
+	for _, m := range []struct {
+		kind, ns string
+		labels   map[string]string
+	}{
+		{"ServiceAccount", s.ServiceAccount.Namespace, s.ServiceAccount.Labels},
+		{"Role", s.Role.Namespace, s.Role.Labels},
+		{"RoleBinding", s.RoleBinding.Namespace, s.RoleBinding.Labels},
+		{"PersistentVolumeClaim", s.Claim.Namespace, s.Claim.Labels},
+		{"CronJob", s.CronJob.Namespace, s.CronJob.Labels},
+		{"CronJob pod", "team-a", s.CronJob.Spec.JobTemplate.Spec.Template.Labels},
+	} {
+		if m.ns != "team-a" {
+			t.Errorf("%s in namespace %q", m.kind, m.ns)
+		}
+		if m.labels["team"] != "platform" || m.labels[LabelManagedBy] != ManagedByValue {
+			t.Errorf("%s labels = %v", m.kind, m.labels)
+		}
+	}
+	if s.CronJob.Spec.JobTemplate.Spec.Template.Namespace != "" {
+		t.Error("the pod template has a namespace")
+	}
+
+	// Names of their own, the cluster-wide ones by namespace.
+	if s.Role.Name != "epwindow-schedule" || s.RoleBinding.Name != "epwindow-schedule" ||
+		s.ClusterRole.Name != "epwindow-schedule-team-a" || s.ClusterRoleBinding.Name != "epwindow-schedule-team-a" {
+		t.Errorf("names: Role %q, RoleBinding %q, ClusterRole %q, ClusterRoleBinding %q",
+			s.Role.Name, s.RoleBinding.Name, s.ClusterRole.Name, s.ClusterRoleBinding.Name)
+	}
+	sa := []rbacv1.Subject{{Kind: "ServiceAccount", Name: ScheduleName, Namespace: "team-a"}}
+	if !reflect.DeepEqual(s.RoleBinding.Subjects, sa) || !reflect.DeepEqual(s.ClusterRoleBinding.Subjects, sa) {
+		t.Errorf("subjects = %+v and %+v, want the ServiceAccount", s.RoleBinding.Subjects, s.ClusterRoleBinding.Subjects)
+	}
+	if r := s.RoleBinding.RoleRef; r.Kind != "Role" || r.Name != s.Role.Name || r.APIGroup != rbacv1.GroupName {
+		t.Errorf("RoleBinding.roleRef = %+v", r)
+	}
+	if r := s.ClusterRoleBinding.RoleRef; r.Kind != "ClusterRole" || r.Name != s.ClusterRole.Name {
+		t.Errorf("ClusterRoleBinding.roleRef = %+v", r)
+	}
+
+	if got := s.Claim.Spec.Resources.Requests[corev1.ResourceStorage]; got.Cmp(resource.MustParse("2Gi")) != 0 {
+		t.Errorf("claim requests %s, want 2Gi", got.String())
+	}
+	if c := s.Claim.Spec.StorageClassName; c == nil || *c != "fast" {
+		t.Errorf("storageClassName = %v", c)
+	}
+
+	cj := s.CronJob.Spec
+	if cj.Schedule != "@every 6h" || cj.ConcurrencyPolicy != batchv1.ForbidConcurrent {
+		t.Errorf("schedule %q, concurrencyPolicy %q; want @every 6h, Forbid", cj.Schedule, cj.ConcurrencyPolicy)
+	}
+	pod := cj.JobTemplate.Spec.Template.Spec
+	if pod.ServiceAccountName != s.ServiceAccount.Name || pod.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("pod serviceAccountName %q, restartPolicy %q", pod.ServiceAccountName, pod.RestartPolicy)
+	}
+	c := pod.Containers[0]
+	want := []string{"epwindow", "measure", "--namespace=team-a", "--history=" + HistoryMountPath, "--trials=10", "--keep-runs=200", "--url=http://ingress.example"}
+	if c.Image != p.Image || !reflect.DeepEqual(c.Command, want) {
+		t.Errorf("container %q %q, want %q %q", c.Image, c.Command, p.Image, want)
+	}
+	var claim string
+	for _, v := range pod.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	if claim != s.Claim.Name || claim != HistoryClaim {
+		t.Errorf("the pod mounts claim %q, want %q", claim, s.Claim.Name)
+	}
+
+	// Rendering twice from the same embedded files: no shared state.
+	again := mustRenderSchedule(t, ScheduleParams{Namespace: "other", Schedule: "@hourly", Image: "x", HistorySize: DefaultHistorySize})
+	if again.CronJob.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Command[2] != "--namespace=other" {
+		t.Errorf("second render: %q", again.CronJob.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Command)
+	}
+	if again.Claim.Spec.StorageClassName != nil {
+		t.Error("no --storage-class still sets one")
+	}
+}
+
+// TestScheduleRBAC: the schedule grants measure what it checks in its own
+// namespace, through the namespaced variant's rules, and nothing that
+// writes outside it.
+func TestScheduleRBAC(t *testing.T) {
+	s := mustRenderSchedule(t, testScheduleParams())
+	both := append(PermissionsFor(false, RouteIngress, GatewayRef{}),
+		PermissionsFor(false, RouteHTTPRoute, GatewayRef{Namespace: "gw", Name: "traefik"})...)
+	rules := func(rs []rbacv1.PolicyRule) map[rule]bool {
+		out := map[rule]bool{}
+		for _, r := range rs {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						out[rule{g, res, v}] = true
+					}
+				}
+			}
+		}
+		return out
+	}
+	if got, want := rules(s.Role.Rules), permRules(both, ScopeRun); !reflect.DeepEqual(got, want) {
+		t.Errorf("Role grants %v, measure --namespace needs %v", got, want)
+	}
+	if got, want := rules(s.ClusterRole.Rules), permRules(both, ScopeCluster, ScopeFixed); !reflect.DeepEqual(got, want) {
+		t.Errorf("ClusterRole grants %v, measure needs %v", got, want)
+	}
+	for r := range rules(s.ClusterRole.Rules) {
+		read := r.verb == "get" || r.verb == "list" || r.verb == "watch"
+		// A SelfSubjectAccessReview is a question, stored nowhere.
+		if !read && r.resource != "selfsubjectaccessreviews" {
+			t.Errorf("the ClusterRole grants %s: a cluster-wide write", fmtRule(r))
+		}
+	}
+}
+
+func TestValidateSchedule(t *testing.T) {
+	for _, s := range []string{"@every 6h", "@every 90m", "@hourly", "@daily", "@weekly", "0 */6 * * *", "*/15 * * * 1-5", "30 2 * * SUN"} {
+		if err := ValidateSchedule(s); err != nil {
+			t.Errorf("ValidateSchedule(%q): %v", s, err)
+		}
+	}
+	for _, s := range []string{"", "  ", "every 6h", "@every", "@every 6x", "@fortnightly", "61 * * * *", "* * * *", "* * * * * *",
+		"TZ=UTC 0 * * * *", "CRON_TZ=Europe/Berlin 0 6 * * *"} {
+		err := ValidateSchedule(s)
+		if err == nil || !strings.Contains(err.Error(), "--schedule") {
+			t.Errorf("ValidateSchedule(%q) = %v, want an error naming --schedule", s, err)
+		}
+	}
+}
+
+func TestScheduleParamsValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*ScheduleParams)
+		want string
+	}{
+		{"namespace", func(p *ScheduleParams) { p.Namespace = "Team_A" }, "--namespace"},
+		{"schedule", func(p *ScheduleParams) { p.Schedule = "hourly" }, "--schedule"},
+		{"image", func(p *ScheduleParams) { p.Image = "" }, "--image"},
+		{"size zero", func(p *ScheduleParams) { p.HistorySize = resource.Quantity{} }, "--history-size"},
+		{"size negative", func(p *ScheduleParams) { p.HistorySize = resource.MustParse("-1Gi") }, "--history-size"},
+		{"storage class", func(p *ScheduleParams) { p.StorageClass = "Fast SSD" }, "--storage-class"},
+		{"label", func(p *ScheduleParams) { p.Labels = map[string]string{LabelManagedBy: "me"} }, "--label"},
+	}
+	if err := testScheduleParams().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := testScheduleParams()
+			tt.mod(&p)
+			err := p.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate = %v, want an error naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestWriteYAMLSchedule: the printed schedule is a YAML stream kubectl
+// applies — every document has its apiVersion and kind, decodes strictly
+// into its typed API object, and equals what was rendered — without the
+// server-filled noise of a typed object.
+func TestWriteYAMLSchedule(t *testing.T) {
+	s := mustRenderSchedule(t, testScheduleParams())
+	var buf bytes.Buffer
+	if err := WriteYAML(&buf, s); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, noise := range []string{"status:", "creationTimestamp"} {
+		if strings.Contains(out, noise) {
+			t.Errorf("YAML contains %q:\n%s", noise, out)
+		}
+	}
+	docs := strings.Split(out, "\n---\n")
+	got := &Schedule{
+		Namespace: &corev1.Namespace{}, ServiceAccount: &corev1.ServiceAccount{}, Role: &rbacv1.Role{}, RoleBinding: &rbacv1.RoleBinding{},
+		ClusterRole: &rbacv1.ClusterRole{}, ClusterRoleBinding: &rbacv1.ClusterRoleBinding{}, Claim: &corev1.PersistentVolumeClaim{}, CronJob: &batchv1.CronJob{},
+	}
+	if len(docs) != len(got.Objects()) {
+		t.Fatalf("got %d documents, want %d:\n%s", len(docs), len(got.Objects()), out)
+	}
+	kinds := []string{"Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "PersistentVolumeClaim", "CronJob"}
+	for i, obj := range got.Objects() {
+		var tm struct{ APIVersion, Kind string }
+		if err := yaml.Unmarshal([]byte(docs[i]), &tm); err != nil || tm.APIVersion == "" || tm.Kind != kinds[i] {
+			t.Errorf("document %d: apiVersion %q kind %q (%v), want kind %s", i, tm.APIVersion, tm.Kind, err, kinds[i])
+		}
+		if err := yaml.UnmarshalStrict([]byte(docs[i]), obj); err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		if want := s.Objects()[i]; !apiequality.Semantic.DeepEqual(obj, want) {
+			t.Errorf("document %d decodes to %+v, want %+v", i, obj, want)
+		}
+	}
+	if !strings.Contains(out, "concurrencyPolicy: Forbid") || !strings.Contains(out, "schedule: '@every 6h'") {
+		t.Errorf("the CronJob's schedule or concurrencyPolicy is not as set:\n%s", out)
+	}
+}
+
+// TestPodSecurityRestrictedSchedule: the scheduled run's pod passes the
+// restricted profile its namespace enforces.
+func TestPodSecurityRestrictedSchedule(t *testing.T) {
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()}
+	s := mustRenderSchedule(t, testScheduleParams())
+	tmpl := s.CronJob.Spec.JobTemplate.Spec.Template
+	res := policy.AggregateCheckResults(eval.EvaluatePod(level, &tmpl.ObjectMeta, &tmpl.Spec))
+	if !res.Allowed {
+		t.Errorf("the scheduled run's pod violates PodSecurity restricted: %s: %s", res.ForbiddenReason(), res.ForbiddenDetail())
+	}
+	if !slices.ContainsFunc(tmpl.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == HistoryMountPath && !m.ReadOnly }) {
+		t.Errorf("the history volume is not mounted writable at %s", HistoryMountPath)
+	}
+}
