@@ -2,13 +2,16 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/results"
 )
 
 // Flags of `epwindow manifests` beyond the workload flags it shares with
@@ -19,6 +22,21 @@ const (
 	flagOverlay   = "overlay"
 	flagLabel     = "label"
 	flagRBAC      = "rbac"
+
+	// The in-cluster schedule's; --trials is measure's, and --keep-runs
+	// and --keep-for are passed on to measure under their own names.
+	flagSchedule     = "schedule"
+	flagHistorySize  = "history-size"
+	flagStorageClass = "storage-class"
+)
+
+// Defaults of the schedule's run: 10 trials 4 times a day fill the
+// 120-trial baseline `epwindow history` judges against in 3 days, and 500
+// runs or 90 days keep several baselines.
+const (
+	defaultScheduleTrials = 10
+	defaultKeepRuns       = 500
+	defaultKeepFor        = 90 * 24 * time.Hour
 )
 
 // Defaults of the workload flags: measure's (a test holds them equal).
@@ -110,8 +128,9 @@ func workloadParams(c *cli.Context, namespace, name string) (deploy.Params, erro
 
 func manifestsCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "manifests",
-		Usage: "print the probe workload measure would apply (or the RBAC it needs), for review or GitOps",
+		Name:      "manifests",
+		Usage:     "print the probe workload measure would apply (or the RBAC it needs, or measure as a CronJob), for review or GitOps",
+		ArgsUsage: "[MEASURE_FLAG]...",
 		UsageText: `epwindow manifests [options]
 
    # What measure applies through ingress-nginx, as YAML:
@@ -124,7 +143,11 @@ func manifestsCommand() *cli.Command {
    epwindow manifests --route httproute --gateway traefik/traefik-gateway --host probe.example.com
 
    # The ClusterRole measure needs (edit the binding's subject first):
-   epwindow manifests --rbac cluster > rbac.yaml`,
+   epwindow manifests --rbac cluster > rbac.yaml
+
+   # measure inside the cluster every 6 hours, its history on a volume (measure's own flags after --):
+   epwindow manifests --schedule "@every 6h" --trials 10 --ingress-class nginx --image registry.example.com/epwindow:v1 \
+       -- --url http://ingress-nginx-controller.ingress-nginx --observer none | kubectl apply -f -`,
 		Description: `The manifests are deploy/base and deploy/overlays/<controller> (kustomize),
 embedded in the binary: measure renders the same files with the same flags,
 so this output is what it creates — except that measure generates the
@@ -140,15 +163,42 @@ for --host, PathPrefix "/", to the Service, in place of the Ingress.
 --rbac prints deploy/rbac/<variant> instead: cluster (measure creates its own
 namespace), namespaced (measure --namespace epwindow runs in that existing namespace), or
 observer (the extra Role an observer that port-forwards to the ingress
-controller's pods needs in the controller's namespace).`,
+controller's pods needs in the controller's namespace).
+
+--schedule prints deploy/schedule instead of the probe workload: a CronJob in
+--namespace that runs "epwindow measure --namespace NS --history DIR" with
+--image every SCHEDULE (concurrencyPolicy Forbid: runs never overlap), its
+ServiceAccount, a Role with what measure does in NS and a ClusterRole that
+only reads (IngressClasses, the Gateway and its class), and a
+PersistentVolumeClaim of --history-size mounted at DIR, where each run writes
+run-<start>.jsonl and removes runs past --keep-runs and --keep-for. The
+workload flags given are passed on to measure, and so is every argument after
+--: measure's own flags, --url (the ingress as reachable from inside the
+cluster) among them. The run's probe workload is not printed: measure creates
+and deletes it at each run. Everything is checked as measure would check it
+before anything is printed.`,
 		Flags: append(workloadFlags(),
 			&cli.StringFlag{Name: flagNamespace, Value: defaultNamespace, Usage: "namespace of the objects (measure generates one per run, or takes --namespace)"},
 			&cli.StringFlag{Name: flagName, Value: defaultName, Usage: "name of the Deployment, Service and Ingress or HTTPRoute"},
 			&cli.StringFlag{Name: flagRBAC, Usage: "print the RBAC variant instead: " + strings.Join(rbacVariants, ", ")},
+			&cli.StringFlag{Name: flagSchedule, Usage: "print measure as a CronJob running at this schedule instead (cron, e.g. \"0 */6 * * *\", or @hourly, @every 6h)", Category: "Schedule"},
+			&cli.IntFlag{Name: measure.FlagTrials, Value: defaultScheduleTrials, Usage: "with --schedule: deletions each run times", Category: "Schedule"},
+			&cli.StringFlag{Name: flagHistorySize, Value: deploy.DefaultHistorySize.String(), Usage: "with --schedule: storage the history volume requests", Category: "Schedule"},
+			&cli.StringFlag{Name: flagStorageClass, Usage: "with --schedule: the history volume's StorageClass (default: the cluster's default class)", Category: "Schedule"},
+			&cli.IntFlag{Name: flagKeepRuns, Value: defaultKeepRuns, Usage: "with --schedule: runs the history keeps, the newest (0: any number)", Category: "Schedule"},
+			&cli.DurationFlag{Name: flagKeepFor, Value: defaultKeepFor, Usage: "with --schedule: runs older than this are removed from the history (0: any age)", Category: "Schedule"},
 		),
 		Action: func(c *cli.Context) error {
+			if c.IsSet(flagSchedule) {
+				return printSchedule(c)
+			}
 			if c.NArg() > 0 {
-				return cli.Exit(fmt.Sprintf("manifests takes no arguments, got %q", c.Args().Slice()), exitUsage)
+				return cli.Exit(fmt.Sprintf("manifests takes no arguments (measure's flags after -- only with --%s), got %q", flagSchedule, c.Args().Slice()), exitUsage)
+			}
+			for _, f := range []string{measure.FlagTrials, flagHistorySize, flagStorageClass, flagKeepRuns, flagKeepFor} {
+				if c.IsSet(f) {
+					return cli.Exit(fmt.Sprintf("--%s needs --%s", f, flagSchedule), exitUsage)
+				}
 			}
 			if v := c.String(flagRBAC); v != "" {
 				return printRBAC(c, v)
@@ -164,6 +214,165 @@ controller's pods needs in the controller's namespace).`,
 			return deploy.WriteYAML(c.App.Writer, wl)
 		},
 	}
+}
+
+// printSchedule prints deploy/schedule for the flags, after checking them
+// all: nothing is printed for a command line the cluster or the run would
+// refuse.
+func printSchedule(c *cli.Context) error {
+	p, err := scheduleParams(c)
+	if err != nil {
+		return cli.Exit("epwindow manifests: "+err.Error(), exitUsage)
+	}
+	s, err := deploy.RenderSchedule(p)
+	if err != nil {
+		return cli.Exit("epwindow manifests: "+err.Error(), exitUsage)
+	}
+	if keep, trials := c.Int(flagKeepRuns), c.Int(measure.FlagTrials); keep > 0 && keep*trials < results.DefaultBaselineTrials+results.DefaultWindowTrials {
+		fmt.Fprintf(c.App.ErrWriter, "epwindow manifests: --%s %d × --%s %d keeps %d trials; epwindow history judges a run on %d (--%s + --%s)\n",
+			flagKeepRuns, keep, measure.FlagTrials, trials, keep*trials, results.DefaultBaselineTrials+results.DefaultWindowTrials, flagWindowTrials, flagBaselineTrials)
+	}
+	return deploy.WriteYAML(c.App.Writer, s)
+}
+
+// scheduleParams turns the flags into the schedule's values: the
+// CronJob's, and measure's command line, which is checked by measure's own
+// parsing and validation.
+func scheduleParams(c *cli.Context) (deploy.ScheduleParams, error) {
+	if err := deploy.ValidateSchedule(c.String(flagSchedule)); err != nil {
+		return deploy.ScheduleParams{}, err
+	}
+	for _, f := range []string{flagRBAC, flagName} {
+		if c.IsSet(f) {
+			return deploy.ScheduleParams{}, fmt.Errorf("--%s and --%s: the schedule prints no probe workload or RBAC variant (measure names its objects at each run)", f, flagSchedule)
+		}
+	}
+	ns := c.String(flagNamespace)
+	// The workload flags are checked as measure checks them.
+	wp, err := workloadParams(c, ns, defaultName)
+	if err != nil {
+		return deploy.ScheduleParams{}, err
+	}
+	size, err := resource.ParseQuantity(c.String(flagHistorySize))
+	if err != nil {
+		return deploy.ScheduleParams{}, fmt.Errorf("--%s %q: want a quantity such as 1Gi or 500Mi", flagHistorySize, c.String(flagHistorySize))
+	}
+	keep := results.Retention{KeepRuns: c.Int(flagKeepRuns), KeepFor: c.Duration(flagKeepFor)}
+	if err := keep.Validate(flagKeepRuns, flagKeepFor); err != nil {
+		return deploy.ScheduleParams{}, err
+	}
+	args := []string{
+		fmt.Sprintf("--%s=%d", measure.FlagTrials, c.Int(measure.FlagTrials)),
+		fmt.Sprintf("--%s=%d", flagKeepRuns, keep.KeepRuns),
+		fmt.Sprintf("--%s=%s", flagKeepFor, keep.KeepFor),
+	}
+	given, err := givenWorkloadArgs(c)
+	if err != nil {
+		return deploy.ScheduleParams{}, err
+	}
+	args = append(args, given...)
+	passed := c.Args().Slice()
+	if err := checkPassedArgs(passed); err != nil {
+		return deploy.ScheduleParams{}, err
+	}
+	args = append(args, passed...)
+	if err := checkMeasureArgs(append(args, "--"+flagHistoryDir+"="+deploy.HistoryMountPath, "--"+measure.FlagNamespace+"="+ns)); err != nil {
+		return deploy.ScheduleParams{}, err
+	}
+	return deploy.ScheduleParams{
+		Namespace:    ns,
+		Schedule:     c.String(flagSchedule),
+		Image:        wp.Image,
+		HistorySize:  size,
+		StorageClass: c.String(flagStorageClass),
+		Args:         args,
+		Labels:       wp.Labels,
+	}, nil
+}
+
+// givenWorkloadArgs are the workload flags set on the command line, as
+// measure's arguments.
+func givenWorkloadArgs(c *cli.Context) ([]string, error) {
+	var out []string
+	for _, f := range workloadFlags() {
+		name := f.Names()[0]
+		if !c.IsSet(name) {
+			continue
+		}
+		switch f.(type) {
+		case *cli.StringSliceFlag:
+			for _, v := range c.StringSlice(name) {
+				out = append(out, fmt.Sprintf("--%s=%s", name, v))
+			}
+		case *cli.BoolFlag:
+			out = append(out, fmt.Sprintf("--%s=%t", name, c.Bool(name)))
+		case *cli.IntFlag:
+			out = append(out, fmt.Sprintf("--%s=%d", name, c.Int(name)))
+		case *cli.DurationFlag:
+			out = append(out, fmt.Sprintf("--%s=%s", name, c.Duration(name)))
+		case *cli.StringFlag:
+			out = append(out, fmt.Sprintf("--%s=%s", name, c.String(name)))
+		default:
+			// A new kind of workload flag: a build bug, caught by the tests.
+			return nil, fmt.Errorf("--%s: no way to pass a %T on to measure", name, f)
+		}
+	}
+	return out, nil
+}
+
+// checkPassedArgs refuses, among measure's flags after --, those the
+// schedule sets itself, and the cluster flags: the run uses its
+// ServiceAccount.
+func checkPassedArgs(args []string) error {
+	owned := map[string]string{
+		measure.FlagTrials: "give it before --", flagKeepRuns: "give it before --", flagKeepFor: "give it before --",
+		flagHistoryDir: "the schedule mounts its volume there", measure.FlagOut: "the run writes into the history volume",
+	}
+	for _, f := range workloadFlags() {
+		for _, n := range f.Names() {
+			owned[n] = "give it before --"
+		}
+	}
+	for _, f := range kubeFlags("") {
+		for _, n := range f.Names() {
+			owned[n] = "the run uses its ServiceAccount in --namespace"
+		}
+	}
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if why, ok := owned[name]; ok {
+			return fmt.Errorf("%s after --: the schedule sets it (%s)", a, why)
+		}
+	}
+	return nil
+}
+
+// checkMeasureArgs parses and checks the run's command line as measure
+// does, so that a flag measure would refuse in the cluster (exit 2, at
+// every run) is refused here, before anything is printed. The history
+// folder is not checked: it exists only in the pod.
+func checkMeasureArgs(args []string) error {
+	cmd := measureCommand()
+	var cfgErr error
+	cmd.Action = func(c *cli.Context) error {
+		if _, err := measureConfig(c); err != nil {
+			cfgErr = err
+			return nil
+		}
+		_, cfgErr = measureOptions(c)
+		return nil
+	}
+	app := &cli.App{Name: "epwindow", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
+	if err := app.Run(append([]string{"epwindow", cmd.Name}, args...)); err != nil {
+		return fmt.Errorf("measure's flags after --: %w", err)
+	}
+	if cfgErr != nil {
+		return fmt.Errorf("the scheduled measure (its own flags go after --): %w", cfgErr)
+	}
+	return nil
 }
 
 func printRBAC(c *cli.Context, variant string) error {

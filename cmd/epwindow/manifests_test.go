@@ -9,8 +9,12 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
 
 	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/measure"
 )
 
 // runApp runs the CLI with args and returns its stdout and error.
@@ -194,5 +198,157 @@ func TestManifestsHTTPRoute(t *testing.T) {
 		if !strings.Contains(route, s) {
 			t.Errorf("HTTPRoute document lacks %q:\n%s", s, route)
 		}
+	}
+}
+
+// scheduleCommand returns the command line of the CronJob's container in
+// manifests' output.
+func scheduleCommand(t *testing.T, out string) []string {
+	t.Helper()
+	docs := strings.Split(out, "\n---\n")
+	var cj batchv1.CronJob
+	if err := yaml.UnmarshalStrict([]byte(docs[len(docs)-1]), &cj); err != nil {
+		t.Fatalf("last document is no CronJob: %v\n%s", err, out)
+	}
+	return cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Command
+}
+
+// TestManifestsSchedule: --schedule prints deploy.RenderSchedule for the
+// flags, in place of the probe workload, with measure's command line built
+// from the run flags, the workload flags given and measure's flags after --.
+func TestManifestsSchedule(t *testing.T) {
+	out, err := runApp(t, "manifests", "--schedule", "@every 6h", "--namespace", "team-a", "--trials", "12",
+		"--image", "registry.example.com/epwindow:v1", "--history-size", "5Gi", "--storage-class", "fast",
+		"--keep-runs", "100", "--keep-for", "720h", "--ingress-class", "nginx", "--hold", "30s", "--label", "team=platform",
+		"--", "--url", "http://ingress-nginx-controller.ingress-nginx", "--observer", "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--trials=12", "--keep-runs=100", "--keep-for=720h0m0s",
+		"--ingress-class=nginx", "--image=registry.example.com/epwindow:v1", "--hold=30s", "--label=team=platform",
+		"--url", "http://ingress-nginx-controller.ingress-nginx", "--observer", "none"}
+	s, err := deploy.RenderSchedule(deploy.ScheduleParams{
+		Namespace: "team-a", Schedule: "@every 6h", Image: "registry.example.com/epwindow:v1",
+		HistorySize: resource.MustParse("5Gi"), StorageClass: "fast", Args: args, Labels: map[string]string{"team": "platform"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := deploy.WriteYAML(&want, s); err != nil {
+		t.Fatal(err)
+	}
+	if out != want.String() {
+		t.Errorf("manifests --schedule printed\n%s\nwant (RenderSchedule)\n%s", out, want.String())
+	}
+	for _, notThere := range []string{"kind: Deployment", "kind: Service\n", "kind: Ingress"} {
+		if strings.Contains(out, notThere) {
+			t.Errorf("--schedule printed the probe workload (%q)", notThere)
+		}
+	}
+	cmd := scheduleCommand(t, out)
+	// What the pod runs parses and validates as measure.
+	if err := checkMeasureArgs(cmd[2:]); err != nil {
+		t.Errorf("the CronJob's measure command does not parse: %v", err)
+	}
+
+	// Defaults: 10 trials, 500 runs, 90 days.
+	out, err = runApp(t, "manifests", "--schedule", "@hourly", "--", "--url", "http://ingress.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCmd := []string{"epwindow", "measure", "--namespace=epwindow", "--history=" + deploy.HistoryMountPath,
+		"--trials=10", "--keep-runs=500", "--keep-for=2160h0m0s", "--url", "http://ingress.example"}
+	if got := scheduleCommand(t, out); !reflect.DeepEqual(got, wantCmd) {
+		t.Errorf("default command %q, want %q", got, wantCmd)
+	}
+	if !strings.Contains(out, "storage: 1Gi") {
+		t.Error("the default history volume is not 1Gi")
+	}
+}
+
+// TestManifestsScheduleWorkloadFlags: every workload flag given reaches
+// measure in the CronJob, as a flag measure parses to the same value.
+func TestManifestsScheduleWorkloadFlags(t *testing.T) {
+	args := []string{"--replicas", "5", "--route", "httproute", "--gateway", "gw/traefik", "--gateway-section", "web",
+		"--host", "probe.example.com", "--image", "registry.example.com/epwindow:v2", "--hold", "45s", "--grace-margin", "12s",
+		"--prestop-sleep", "5s", "--exit-on-sigterm", "--readiness=false", "--listen-delay", "2s",
+		"--probe-clock-offset", "1s", "--label", "a=b", "--label", "c=d"}
+	out, err := runApp(t, append(append([]string{"manifests", "--schedule", "@daily"}, args...), "--", "--url", "http://gw.example")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := scheduleCommand(t, out)
+	seen := map[string]bool{}
+	for _, a := range cmd {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		seen[name] = true
+	}
+	for _, f := range workloadFlags() {
+		n := f.Names()[0]
+		if n == flagOverlay || n == measure.FlagIngressClass || n == measure.FlagPreStop {
+			continue // not given: --route httproute refuses them, --prestop is the default
+		}
+		if !seen[n] {
+			t.Errorf("--%s given but not passed on to measure: %q", n, cmd)
+		}
+	}
+	cfg, err := parseMeasure(t, cmd[2:]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Replicas != 5 || cfg.Hold != 45*time.Second || cfg.PreStopSleep != 5*time.Second || !cfg.ExitOnSigterm ||
+		!cfg.NoReadiness || cfg.Gateway.Section != "web" || cfg.Labels["c"] != "d" || cfg.Namespace != "epwindow" {
+		t.Errorf("measure reads the CronJob's command as %+v", cfg)
+	}
+}
+
+func TestManifestsScheduleBadInput(t *testing.T) {
+	url := []string{"--", "--url", "http://ingress.example"}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"--schedule", "every 6h"}, url...), "--schedule"},
+		{append([]string{"--schedule", ""}, url...), "--schedule"},
+		{append([]string{"--schedule", "61 * * * *"}, url...), "--schedule"},
+		{append([]string{"--schedule", "CRON_TZ=UTC 0 * * * *"}, url...), "--schedule"},
+		{append([]string{"--schedule", "@every 6h", "--history-size", "lots"}, url...), "--history-size"},
+		{append([]string{"--schedule", "@every 6h", "--history-size", "0"}, url...), "--history-size"},
+		{append([]string{"--schedule", "@every 6h", "--storage-class", "Fast SSD"}, url...), "--storage-class"},
+		{append([]string{"--schedule", "@every 6h", "--keep-runs", "-1"}, url...), "--keep-runs"},
+		{append([]string{"--schedule", "@every 6h", "--keep-for", "-24h"}, url...), "--keep-for"},
+		{append([]string{"--schedule", "@every 6h", "--trials", "0"}, url...), "--trials"},
+		{append([]string{"--schedule", "@every 6h", "--replicas", "0"}, url...), "--replicas"},
+		{append([]string{"--schedule", "@every 6h", "--namespace", "Team_A"}, url...), "--namespace"},
+		{append([]string{"--schedule", "@every 6h", "--name", "web"}, url...), "--name"},
+		{append([]string{"--schedule", "@every 6h", "--rbac", "cluster"}, url...), "--rbac"},
+		{[]string{"--schedule", "@every 6h"}, "--url"},
+		{append([]string{"--schedule", "@every 6h"}, append(url, "--no-such-flag")...), "no-such-flag"},
+		{append([]string{"--schedule", "@every 6h"}, append(url, "--rate", "-1")...), "--rate"},
+		{append([]string{"--schedule", "@every 6h"}, append(url, "--trials", "3")...), "--trials"},
+		{append([]string{"--schedule", "@every 6h"}, append(url, "--out=x.jsonl")...), "--out"},
+		{append([]string{"--schedule", "@every 6h"}, append(url, "--history", "/tmp")...), "--history"},
+		{append([]string{"--schedule", "@every 6h"}, append(url, "--kubeconfig", "/k")...), "--kubeconfig"},
+		{append([]string{"--schedule", "@every 6h"}, append(url, "-n", "other")...), "-n"},
+		{append([]string{"--schedule", "@every 6h"}, append(url, "--hold", "10s")...), "--hold"},
+		{[]string{"--trials", "10"}, "--trials needs --schedule"},
+		{[]string{"--keep-runs", "10"}, "--keep-runs needs --schedule"},
+		{[]string{"--history-size", "1Gi"}, "--history-size needs --schedule"},
+		{[]string{"--", "--url", "http://x"}, "no arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, err := runApp(t, append([]string{"manifests"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one naming %q", err, tt.want)
+			}
+			if ec, ok := err.(cli.ExitCoder); !ok || ec.ExitCode() != 2 {
+				t.Errorf("err = %#v, want exit code 2 (bad input)", err)
+			}
+			if out != "" {
+				t.Errorf("printed %q on bad input", out)
+			}
+		})
 	}
 }
