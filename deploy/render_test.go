@@ -33,11 +33,17 @@ func testParams() Params {
 
 func mustRender(t *testing.T, p Params) *Workload {
 	t.Helper()
-	wl, err := Render(p)
+	return mustBuild(t, Render, p)
+}
+
+// mustBuild returns render(p), failing the test on an error.
+func mustBuild[P, T any](t *testing.T, render func(P) (T, error), p P) T {
+	t.Helper()
+	out, err := render(p)
 	if err != nil {
-		t.Fatalf("Render: %v", err)
+		t.Fatalf("render: %v", err)
 	}
-	return wl
+	return out
 }
 
 func TestRenderSetsRunValues(t *testing.T) {
@@ -353,12 +359,12 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestWriteYAMLRoundTrip: what `epwindow manifests` prints decodes back to
-// exactly the rendered objects, so reviewing it is reviewing what is applied.
-func TestWriteYAMLRoundTrip(t *testing.T) {
-	wl := mustRender(t, testParams())
+// yamlDocs writes m as WriteYAML does and returns the stream and its
+// documents; the server-filled fields of a typed object fail the test.
+func yamlDocs(t *testing.T, m Manifest) (string, []string) {
+	t.Helper()
 	var buf bytes.Buffer
-	if err := WriteYAML(&buf, wl); err != nil {
+	if err := WriteYAML(&buf, m); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
@@ -367,7 +373,14 @@ func TestWriteYAMLRoundTrip(t *testing.T) {
 			t.Errorf("YAML contains %q:\n%s", noise, out)
 		}
 	}
-	docs := strings.Split(out, "\n---\n")
+	return out, strings.Split(out, "\n---\n")
+}
+
+// TestWriteYAMLRoundTrip: what `epwindow manifests` prints decodes back to
+// exactly the rendered objects, so reviewing it is reviewing what is applied.
+func TestWriteYAMLRoundTrip(t *testing.T) {
+	wl := mustRender(t, testParams())
+	out, docs := yamlDocs(t, wl)
 	if len(docs) != 4 {
 		t.Fatalf("got %d documents, want 4 (Namespace, Deployment, Service, Ingress):\n%s", len(docs), out)
 	}

@@ -3,6 +3,7 @@ package deploy
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/robfig/cron/v3"
@@ -124,49 +125,35 @@ func RenderSchedule(p ScheduleParams) (*Schedule, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Schedule{}
+	s := &Schedule{
+		Namespace: &corev1.Namespace{}, ServiceAccount: &corev1.ServiceAccount{},
+		Role: &rbacv1.Role{}, RoleBinding: &rbacv1.RoleBinding{},
+		ClusterRole: &rbacv1.ClusterRole{}, ClusterRoleBinding: &rbacv1.ClusterRoleBinding{},
+		Claim: &corev1.PersistentVolumeClaim{}, CronJob: &batchv1.CronJob{},
+	}
+	// Each kind once, into its typed object.
+	targets := map[string]any{}
+	for _, o := range s.Objects() {
+		targets[reflect.TypeOf(o).Elem().Name()] = o
+	}
 	for _, r := range m.Resources() {
+		kind := r.GetKind()
+		target, ok := targets[kind]
+		if !ok {
+			return nil, fmt.Errorf("deploy/%s: unexpected %s %q (or a second one)", ScheduleDir, kind, r.GetName())
+		}
+		delete(targets, kind)
 		data, err := r.AsYAML()
 		if err != nil {
 			return nil, fmt.Errorf("deploy/%s: %s: %w", ScheduleDir, r.CurId(), err)
-		}
-		var target any
-		switch kind := r.GetKind(); kind {
-		case "Namespace":
-			s.Namespace = &corev1.Namespace{}
-			target = s.Namespace
-		case "ServiceAccount":
-			s.ServiceAccount = &corev1.ServiceAccount{}
-			target = s.ServiceAccount
-		case "Role":
-			s.Role = &rbacv1.Role{}
-			target = s.Role
-		case "RoleBinding":
-			s.RoleBinding = &rbacv1.RoleBinding{}
-			target = s.RoleBinding
-		case "ClusterRole":
-			s.ClusterRole = &rbacv1.ClusterRole{}
-			target = s.ClusterRole
-		case "ClusterRoleBinding":
-			s.ClusterRoleBinding = &rbacv1.ClusterRoleBinding{}
-			target = s.ClusterRoleBinding
-		case "PersistentVolumeClaim":
-			s.Claim = &corev1.PersistentVolumeClaim{}
-			target = s.Claim
-		case "CronJob":
-			s.CronJob = &batchv1.CronJob{}
-			target = s.CronJob
-		default:
-			return nil, fmt.Errorf("deploy/%s: unexpected %s %q", ScheduleDir, kind, r.GetName())
 		}
 		// Strict: a field the typed API does not know is a typo in the YAML.
 		if err := yaml.UnmarshalStrict(data, target); err != nil {
 			return nil, fmt.Errorf("deploy/%s: decode %s: %w", ScheduleDir, r.CurId(), err)
 		}
 	}
-	if s.Namespace == nil || s.ServiceAccount == nil || s.Role == nil || s.RoleBinding == nil ||
-		s.ClusterRole == nil || s.ClusterRoleBinding == nil || s.Claim == nil || s.CronJob == nil {
-		return nil, fmt.Errorf("deploy/%s: want a Namespace, a ServiceAccount, a Role, a ClusterRole, their bindings, a PersistentVolumeClaim and a CronJob", ScheduleDir)
+	if len(targets) > 0 {
+		return nil, fmt.Errorf("deploy/%s: want a Namespace, a ServiceAccount, a Role, a ClusterRole, their bindings, a PersistentVolumeClaim and a CronJob; %d of them missing", ScheduleDir, len(targets))
 	}
 	if err := p.apply(s); err != nil {
 		return nil, fmt.Errorf("deploy/%s: %w", ScheduleDir, err)

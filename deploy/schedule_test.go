@@ -1,9 +1,7 @@
 package deploy
 
 import (
-	"bytes"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
@@ -12,8 +10,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
-	psapi "k8s.io/pod-security-admission/api"
-	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
 )
 
@@ -29,18 +25,9 @@ func testScheduleParams() ScheduleParams {
 	}
 }
 
-func mustRenderSchedule(t *testing.T, p ScheduleParams) *Schedule {
-	t.Helper()
-	s, err := RenderSchedule(p)
-	if err != nil {
-		t.Fatalf("RenderSchedule: %v", err)
-	}
-	return s
-}
-
 func TestRenderSchedule(t *testing.T) {
 	p := testScheduleParams()
-	s := mustRenderSchedule(t, p)
+	s := mustBuild(t, RenderSchedule, p)
 
 	if s.Namespace.Name != "team-a" || s.Namespace.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
 		t.Errorf("Namespace = %q, labels %v", s.Namespace.Name, s.Namespace.Labels)
@@ -115,7 +102,7 @@ func TestRenderSchedule(t *testing.T) {
 	}
 
 	// Rendering twice from the same embedded files: no shared state.
-	again := mustRenderSchedule(t, ScheduleParams{Namespace: "other", Schedule: "@hourly", Image: "x", HistorySize: DefaultHistorySize})
+	again := mustBuild(t, RenderSchedule, ScheduleParams{Namespace: "other", Schedule: "@hourly", Image: "x", HistorySize: DefaultHistorySize})
 	if again.CronJob.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Command[2] != "--namespace=other" {
 		t.Errorf("second render: %q", again.CronJob.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Command)
 	}
@@ -128,7 +115,7 @@ func TestRenderSchedule(t *testing.T) {
 // namespace, through the namespaced variant's rules, and nothing that
 // writes outside it.
 func TestScheduleRBAC(t *testing.T) {
-	s := mustRenderSchedule(t, testScheduleParams())
+	s := mustBuild(t, RenderSchedule, testScheduleParams())
 	both := append(PermissionsFor(false, RouteIngress, GatewayRef{}),
 		PermissionsFor(false, RouteHTTPRoute, GatewayRef{Namespace: "gw", Name: "traefik"})...)
 	rules := func(rs []rbacv1.PolicyRule) map[rule]bool {
@@ -208,18 +195,8 @@ func TestScheduleParamsValidate(t *testing.T) {
 // into its typed API object, and equals what was rendered — without the
 // server-filled noise of a typed object.
 func TestWriteYAMLSchedule(t *testing.T) {
-	s := mustRenderSchedule(t, testScheduleParams())
-	var buf bytes.Buffer
-	if err := WriteYAML(&buf, s); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	for _, noise := range []string{"status:", "creationTimestamp"} {
-		if strings.Contains(out, noise) {
-			t.Errorf("YAML contains %q:\n%s", noise, out)
-		}
-	}
-	docs := strings.Split(out, "\n---\n")
+	s := mustBuild(t, RenderSchedule, testScheduleParams())
+	out, docs := yamlDocs(t, s)
 	got := &Schedule{
 		Namespace: &corev1.Namespace{}, ServiceAccount: &corev1.ServiceAccount{}, Role: &rbacv1.Role{}, RoleBinding: &rbacv1.RoleBinding{},
 		ClusterRole: &rbacv1.ClusterRole{}, ClusterRoleBinding: &rbacv1.ClusterRoleBinding{}, Claim: &corev1.PersistentVolumeClaim{}, CronJob: &batchv1.CronJob{},
@@ -242,24 +219,5 @@ func TestWriteYAMLSchedule(t *testing.T) {
 	}
 	if !strings.Contains(out, "concurrencyPolicy: Forbid") || !strings.Contains(out, "schedule: '@every 6h'") {
 		t.Errorf("the CronJob's schedule or concurrencyPolicy is not as set:\n%s", out)
-	}
-}
-
-// TestPodSecurityRestrictedSchedule: the scheduled run's pod passes the
-// restricted profile its namespace enforces.
-func TestPodSecurityRestrictedSchedule(t *testing.T) {
-	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	level := psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()}
-	s := mustRenderSchedule(t, testScheduleParams())
-	tmpl := s.CronJob.Spec.JobTemplate.Spec.Template
-	res := policy.AggregateCheckResults(eval.EvaluatePod(level, &tmpl.ObjectMeta, &tmpl.Spec))
-	if !res.Allowed {
-		t.Errorf("the scheduled run's pod violates PodSecurity restricted: %s: %s", res.ForbiddenReason(), res.ForbiddenDetail())
-	}
-	if !slices.ContainsFunc(tmpl.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == HistoryMountPath && !m.ReadOnly }) {
-		t.Errorf("the history volume is not mounted writable at %s", HistoryMountPath)
 	}
 }

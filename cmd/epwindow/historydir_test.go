@@ -122,37 +122,32 @@ func TestHistoryPrune(t *testing.T) {
 	}
 }
 
-// fullFile is a results file on a volume with room for room bytes.
-type fullFile struct {
-	buf  bytes.Buffer
-	room int
+// fullAfter is a results file on a volume that takes writes whole until
+// writes are used up, then refuses each with ENOSPC.
+type fullAfter struct {
+	bytes.Buffer
+	writes int
 }
 
-func (f *fullFile) Write(p []byte) (int, error) {
-	if free := f.room - f.buf.Len(); len(p) > free {
-		f.buf.Write(p[:max(free, 0)])
-		return max(free, 0), &os.PathError{Op: "write", Path: "run.jsonl", Err: syscall.ENOSPC}
+func (f *fullAfter) Write(p []byte) (int, error) {
+	if f.writes == 0 {
+		return 0, &os.PathError{Op: "write", Path: "run.jsonl", Err: syscall.ENOSPC}
 	}
-	return f.buf.Write(p)
+	f.writes--
+	return f.Buffer.Write(p)
 }
 
-func (f *fullFile) Truncate(size int64) error {
-	f.buf.Truncate(int(size))
+func (f *fullAfter) Truncate(size int64) error {
+	f.Buffer.Truncate(int(size))
 	return nil
 }
 
-// TestFullVolume: measure's sink over a volume that fills during the
-// second trial keeps the header and the first trial as a valid partial
-// file, and the run's error says so.
+// TestFullVolume: measure's sink over a volume that fills at the second
+// trial keeps the header and the first trial as a valid partial file, and
+// the run's error says so.
 func TestFullVolume(t *testing.T) {
-	hdr := &results.Header{Namespace: "epwindow"}
 	trial := func(n int) *results.Record { return &results.Record{Trial: n, Pod: "probe-abc", Valid: true} }
-	var probe bytes.Buffer
-	pw := results.NewWriter(&probe)
-	if err := errors.Join(pw.WriteHeader(hdr), pw.WriteTrial(trial(1))); err != nil {
-		t.Fatal(err)
-	}
-	f := &fullFile{room: probe.Len() + 10}
+	f := &fullAfter{writes: 2} // the header and one trial
 	sink := &fileSink{w: results.NewWriter(results.WholeLines(f))}
 	if err := sink.Header(&results.Header{Namespace: "epwindow"}); err != nil {
 		t.Fatal(err)
@@ -164,7 +159,7 @@ func TestFullVolume(t *testing.T) {
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("second trial: %v, want ENOSPC", err)
 	}
-	got, derr := results.Decode(bytes.NewReader(f.buf.Bytes()))
+	got, derr := results.Decode(bytes.NewReader(f.Bytes()))
 	if derr != nil || got.Header == nil || len(got.Trials) != 1 {
 		t.Fatalf("partial file: %+v, %v; want the header and 1 trial", got, derr)
 	}
@@ -176,7 +171,7 @@ func TestFullVolume(t *testing.T) {
 	}
 
 	// Full before the header: no file is kept, and the message says so.
-	sink = &fileSink{w: results.NewWriter(results.WholeLines(&fullFile{room: 5}))}
+	sink = &fileSink{w: results.NewWriter(results.WholeLines(&fullAfter{}))}
 	err = sink.Header(&results.Header{})
 	if sink.header != nil {
 		t.Error("a header the volume refused counts as written")

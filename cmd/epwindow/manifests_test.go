@@ -109,6 +109,22 @@ func TestManifestsRBAC(t *testing.T) {
 	}
 }
 
+// wantBadInput runs manifests with args and wants exit code 2 with an
+// error naming want, and nothing printed.
+func wantBadInput(t *testing.T, args []string, want string) {
+	t.Helper()
+	out, err := runApp(t, append([]string{"manifests"}, args...)...)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want one naming %q", err, want)
+	}
+	if ec, ok := err.(cli.ExitCoder); !ok || ec.ExitCode() != 2 {
+		t.Errorf("err = %#v, want exit code 2 (bad input)", err)
+	}
+	if out != "" {
+		t.Errorf("printed %q on bad input", out)
+	}
+}
+
 func TestManifestsBadInput(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -132,18 +148,7 @@ func TestManifestsBadInput(t *testing.T) {
 		{[]string{"--route", "httproute", "--gateway", "gw/traefik", "--overlay", "nginx"}, "--overlay"},
 	}
 	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			out, err := runApp(t, append([]string{"manifests"}, tt.args...)...)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v, want one naming %q", err, tt.want)
-			}
-			if ec, ok := err.(cli.ExitCoder); !ok || ec.ExitCode() != 2 {
-				t.Errorf("err = %#v, want exit code 2 (bad input)", err)
-			}
-			if out != "" {
-				t.Errorf("printed %q on bad input", out)
-			}
-		})
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) { wantBadInput(t, tt.args, tt.want) })
 	}
 }
 
@@ -338,17 +343,6 @@ func TestManifestsScheduleBadInput(t *testing.T) {
 		{[]string{"--", "--url", "http://x"}, "no arguments"},
 	}
 	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			out, err := runApp(t, append([]string{"manifests"}, tt.args...)...)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v, want one naming %q", err, tt.want)
-			}
-			if ec, ok := err.(cli.ExitCoder); !ok || ec.ExitCode() != 2 {
-				t.Errorf("err = %#v, want exit code 2 (bad input)", err)
-			}
-			if out != "" {
-				t.Errorf("printed %q on bad input", out)
-			}
-		})
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) { wantBadInput(t, tt.args, tt.want) })
 	}
 }
