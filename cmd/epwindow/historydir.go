@@ -107,6 +107,61 @@ func (h *historyDir) prune(current string, now time.Time) ([]string, error) {
 	return removed, nil
 }
 
+// openSink returns the sink of the run's results file and its path: --out
+// (default epwindow-<time>.jsonl), created now, so that a name already
+// taken is bad input found before the run; or, with --history, the run's
+// file in that folder, pruned first so that a full volume gets room, and
+// created only as the header comes: `epwindow history` may read the
+// folder while the run sets up, and a file without a header is no results
+// file to it. Either way a write cut short by a full volume is cut back to
+// the last whole record (results.WholeLines), so the file stays valid.
+func openSink(c *cli.Context, hist *historyDir, opts results.Options, hold time.Duration) (*fileSink, string, error) {
+	now := time.Now()
+	path, flag := c.String(measure.FlagOut), measure.FlagOut
+	switch {
+	case hist != nil:
+		path, flag = hist.path(now), flagHistoryDir
+	case path == "":
+		path = "epwindow-" + now.UTC().Format("20060102-150405") + ".jsonl"
+	}
+	sink := &fileSink{opts: opts, hold: hold}
+	sink.open = func() (*results.Writer, error) {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", flag, err)
+		}
+		sink.f = f
+		return results.NewWriter(results.WholeLines(f)), nil
+	}
+	if hist == nil {
+		w, err := sink.open()
+		if err != nil {
+			return nil, "", err
+		}
+		sink.w = w
+		return sink, path, nil
+	}
+	removed, err := hist.prune(path, now)
+	if len(removed) > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "epwindow measure: removed %d expired run(s) from %s\n", len(removed), hist.dir)
+	}
+	if err != nil {
+		// Retention is housekeeping: the run goes on.
+		fmt.Fprintf(c.App.ErrWriter, "epwindow measure: %v\n", err)
+	}
+	return sink, path, nil
+}
+
+// close closes the results file, if it was created; again is a no-op.
+func (s *fileSink) close() error {
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f = nil
+	return err
+}
+
 // fullVolume explains a run stopped by a full volume (ENOSPC while writing
 // its results): what stays, and what to do. written says the file holds
 // its header (otherwise it was removed); ok is false for other errors.

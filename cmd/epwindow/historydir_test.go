@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/epwindow/epwindow/results"
 )
 
@@ -181,5 +183,55 @@ func TestFullVolume(t *testing.T) {
 	}
 	if _, ok := fullVolume(errors.New("watch broke"), "run.jsonl", true, 3); ok {
 		t.Error("another error taken for a full volume")
+	}
+}
+
+// TestOpenSinkHistory: with --history the run's file appears in the folder
+// only with its header — `epwindow history` reads the folder while a run
+// sets up — and the folder is pruned first, never of the run's own file.
+func TestOpenSinkHistory(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, results.RunFileName(time.Now().Add(-48*time.Hour)))
+	if err := os.WriteFile(old, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type opened struct {
+		sink *fileSink
+		path string
+	}
+	got, err := parseWith(t, measureCommand(), func(c *cli.Context) (opened, error) {
+		h, err := historyConfig(c)
+		if err != nil {
+			return opened{}, err
+		}
+		sink, path, err := openSink(c, h, results.Options{}, time.Minute)
+		return opened{sink, path}, err
+	}, "--history", dir, "--keep-for", "24h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.sink.close()
+	if filepath.Dir(got.path) != dir {
+		t.Errorf("results file %s is not in --history %s", got.path, dir)
+	}
+	if _, ok := results.RunFileStart(filepath.Base(got.path)); !ok {
+		t.Errorf("results file %s is not named like a run", got.path)
+	}
+	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run of two days ago is still there with --keep-for 24h: %v", err)
+	}
+	if _, err := os.Stat(got.path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the results file exists before its header: %v", err)
+	}
+	if err := got.sink.Header(&results.Header{Namespace: "epwindow"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(got.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if file, err := results.Decode(f); err != nil || file.Header == nil {
+		t.Errorf("after the header the file decodes to %+v, %v", file, err)
 	}
 }

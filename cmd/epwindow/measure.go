@@ -279,32 +279,11 @@ func runMeasure(c *cli.Context) error {
 		return cli.Exit("epwindow measure: "+err.Error(), code)
 	}
 
-	outPath, outFlag := c.String(measure.FlagOut), measure.FlagOut
-	now := time.Now()
-	switch {
-	case hist != nil:
-		outPath, outFlag = hist.path(now), flagHistoryDir
-	case outPath == "":
-		outPath = "epwindow-" + now.UTC().Format("20060102-150405") + ".jsonl"
-	}
-	f, err := os.OpenFile(outPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	sink, outPath, err := openSink(c, hist, opts, cfg.PreStopSleep+cfg.Hold)
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("epwindow measure: --%s: %v", outFlag, err), exitUsage)
+		return cli.Exit("epwindow measure: "+err.Error(), exitUsage)
 	}
-	defer f.Close()
-	if hist != nil {
-		// Before the run writes: a full volume gets the room first.
-		removed, err := hist.prune(outPath, now)
-		if len(removed) > 0 {
-			fmt.Fprintf(c.App.ErrWriter, "epwindow measure: removed %d expired run(s) from %s\n", len(removed), hist.dir)
-		}
-		if err != nil {
-			fmt.Fprintf(c.App.ErrWriter, "epwindow measure: %v\n", err)
-		}
-	}
-	// A write cut short by a full volume is cut back to the last whole
-	// record, so the file stays valid.
-	sink := &fileSink{w: results.NewWriter(results.WholeLines(f)), opts: opts, hold: cfg.PreStopSleep + cfg.Hold}
+	defer sink.close()
 	prog := newProgress(c.App.ErrWriter, cfg.Trials)
 	started := time.Now()
 	runErr := measure.Run(c.Context, cfg, sink, prog.update)
@@ -316,9 +295,10 @@ func runMeasure(c *cli.Context) error {
 	if sink.header == nil {
 		// Stopped before steady state: nothing was written, and an empty
 		// file is no results file (results.Decode rejects it); leave none.
-		f.Close()
-		if err := os.Remove(outPath); err == nil {
-			saved = "no trial finished; no results file written"
+		if sink.close() == nil {
+			if err := os.Remove(outPath); err == nil || errors.Is(err, os.ErrNotExist) {
+				saved = "no trial finished; no results file written"
+			}
 		}
 	}
 	if sink.header != nil {
@@ -388,7 +368,10 @@ func measureOptions(c *cli.Context) (results.Options, error) {
 // fileSink writes each record as it comes and keeps the trials for the
 // final summary.
 type fileSink struct {
-	w      *results.Writer
+	w *results.Writer
+	// open, when w is nil, creates the file as the header comes.
+	open   func() (*results.Writer, error)
+	f      *os.File
 	opts   results.Options
 	hold   time.Duration
 	header *results.Header
@@ -402,6 +385,13 @@ func (s *fileSink) Header(h *results.Header) error {
 	h.Quantile, h.Confidence = s.opts.Quantile, s.opts.Confidence
 	if h.HoldNS == 0 {
 		h.HoldNS = int64(s.hold)
+	}
+	if s.w == nil {
+		w, err := s.open()
+		if err != nil {
+			return err
+		}
+		s.w = w
 	}
 	// Only a header on disk makes a results file: one a full volume
 	// refused is removed, not left empty.
