@@ -11,6 +11,7 @@ import (
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure"
+	"github.com/epwindow/epwindow/measure/upstream"
 	"github.com/epwindow/epwindow/results"
 )
 
@@ -276,8 +277,12 @@ func scheduleParams(c *cli.Context) (deploy.ScheduleParams, error) {
 		return deploy.ScheduleParams{}, err
 	}
 	args = append(args, passed...)
-	if err := checkMeasureArgs(append(args, "--"+flagHistoryDir+"="+deploy.HistoryMountPath, "--"+measure.FlagNamespace+"="+ns)); err != nil {
+	cfg, err := checkMeasureArgs(append(args, "--"+flagHistoryDir+"="+deploy.HistoryMountPath, "--"+measure.FlagNamespace+"="+ns))
+	if err != nil {
 		return deploy.ScheduleParams{}, err
+	}
+	if w := observerWarning(cfg); w != "" {
+		fmt.Fprintf(c.App.ErrWriter, "epwindow manifests: %s\n", w)
 	}
 	return deploy.ScheduleParams{
 		Namespace:    ns,
@@ -354,12 +359,12 @@ func checkPassedArgs(args []string) error {
 // does, so that a flag measure would refuse in the cluster (exit 2, at
 // every run) is refused here, before anything is printed. The history
 // folder is not checked: it exists only in the pod.
-func checkMeasureArgs(args []string) error {
+func checkMeasureArgs(args []string) (measure.Config, error) {
 	cmd := measureCommand()
+	var cfg measure.Config
 	var cfgErr error
 	cmd.Action = func(c *cli.Context) error {
-		if _, err := measureConfig(c); err != nil {
-			cfgErr = err
+		if cfg, cfgErr = measureConfig(c); cfgErr != nil {
 			return nil
 		}
 		_, cfgErr = measureOptions(c)
@@ -367,12 +372,25 @@ func checkMeasureArgs(args []string) error {
 	}
 	app := &cli.App{Name: "epwindow", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
 	if err := app.Run(append([]string{"epwindow", cmd.Name}, args...)); err != nil {
-		return fmt.Errorf("measure's flags after --: %w", err)
+		return cfg, fmt.Errorf("measure's flags after --: %w", err)
 	}
 	if cfgErr != nil {
-		return fmt.Errorf("the scheduled measure (its own flags go after --): %w", cfgErr)
+		return cfg, fmt.Errorf("the scheduled measure (its own flags go after --): %w", cfgErr)
 	}
-	return nil
+	return cfg, nil
+}
+
+// observerWarning says when the scheduled run's observer would read the
+// ingress controller through port-forwards to its pods, which the
+// schedule's ServiceAccount may not do (that is deploy/rbac/observer's
+// Role, in the controller's namespace); "" when it reads a URL or nothing.
+func observerWarning(cfg measure.Config) string {
+	if cfg.Observer == upstream.KindNone || cfg.Observer == upstream.KindCmd || len(cfg.ObserverOptions.URLs) > 0 {
+		return ""
+	}
+	return fmt.Sprintf("--%s %s reads the ingress controller by port-forwarding to its pods, which the schedule's ServiceAccount %s/%s may not do: "+
+		"after --, give --%s (reachable from inside the cluster) or --%s %s, or bind the Role of `epwindow manifests --%s observer` to that ServiceAccount in the controller's namespace",
+		measure.FlagObserver, cfg.Observer, cfg.Namespace, deploy.ScheduleName, flagObserverURL, measure.FlagObserver, upstream.KindNone, flagRBAC)
 }
 
 func printRBAC(c *cli.Context, variant string) error {

@@ -253,7 +253,7 @@ func TestManifestsSchedule(t *testing.T) {
 	}
 	cmd := scheduleCommand(t, out)
 	// What the pod runs parses and validates as measure.
-	if err := checkMeasureArgs(cmd[2:]); err != nil {
+	if _, err := checkMeasureArgs(cmd[2:]); err != nil {
 		t.Errorf("the CronJob's measure command does not parse: %v", err)
 	}
 
@@ -344,5 +344,34 @@ func TestManifestsScheduleBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) { wantBadInput(t, tt.args, tt.want) })
+	}
+}
+
+// TestObserverWarning: a scheduled run whose observer port-forwards to the
+// controller's pods is warned about; one that reads a URL, or none, is not.
+func TestObserverWarning(t *testing.T) {
+	tests := []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--observer", "none"}, false},
+		{[]string{"--observer", "skipper", "--observer-url", "http://skipper.kube-system:9911/routes"}, false},
+		{[]string{"--observer", "nginx"}, true},
+		{nil, true}, // auto
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			cfg, err := checkMeasureArgs(append([]string{"--url", "http://ingress.example", "--namespace", "team-a"}, tt.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := observerWarning(cfg)
+			if (w != "") != tt.warn {
+				t.Fatalf("warning %q, want one: %v", w, tt.warn)
+			}
+			if tt.warn && (!strings.Contains(w, "--observer-url") || !strings.Contains(w, "team-a/"+deploy.ScheduleName)) {
+				t.Errorf("warning %q does not name --observer-url and the ServiceAccount", w)
+			}
+		})
 	}
 }
