@@ -55,7 +55,10 @@ func measureCommand() *cli.Command {
        --route httproute --gateway traefik/traefik-gateway
 
    # and the ClusterIP path, from one runner pod on each of 2 nodes:
-   epwindow measure --url http://127.0.0.1:9090 --in-cluster-load 2 --in-cluster-rate 100`,
+   epwindow measure --url http://127.0.0.1:9090 --in-cluster-load 2 --in-cluster-rate 100
+
+   # from cron, into a history folder that keeps the newest 500 runs of the last 90 days (epwindow history reads it):
+   epwindow measure --url http://127.0.0.1:9090 --trials 10 --history /var/lib/epwindow/history --keep-runs 500 --keep-for 2160h`,
 		Description: `Creates a namespace epwindow-<id> with a probe Deployment, Service and Ingress (see
 "epwindow manifests"), drives load through --url, deletes one probe pod at a time and records when
 the API server, the EndpointSlice, the ingress controller and the pod itself saw each stage. Writes
