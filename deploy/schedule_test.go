@@ -10,6 +10,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -219,5 +220,47 @@ func TestWriteYAMLSchedule(t *testing.T) {
 	}
 	if !strings.Contains(out, "concurrencyPolicy: Forbid") || !strings.Contains(out, "schedule: '@every 6h'") {
 		t.Errorf("the CronJob's schedule or concurrencyPolicy is not as set:\n%s", out)
+	}
+}
+
+// TestKustomizeScheduleOnDisk: `kubectl apply -k deploy/schedule` (a GitOps
+// user's way) gives the objects manifests --schedule prints for namespace
+// epwindow the same names, and its bindings bind the ServiceAccount to the
+// schedule's own roles.
+func TestKustomizeScheduleOnDisk(t *testing.T) {
+	m, err := kustomize(ScheduleDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testScheduleParams()
+	p.Namespace = "epwindow"
+	s := mustBuild(t, RenderSchedule, p)
+	want := map[string]string{}
+	for _, o := range s.Objects() {
+		meta := reflect.ValueOf(o).Elem().FieldByName("ObjectMeta").Interface().(metav1.ObjectMeta)
+		want[reflect.TypeOf(o).Elem().Name()] = meta.Namespace + "/" + meta.Name
+	}
+	for _, r := range m.Resources() {
+		if got := r.GetNamespace() + "/" + r.GetName(); got != want[r.GetKind()] {
+			t.Errorf("kustomize build deploy/schedule: %s %s, manifests --schedule prints %s", r.GetKind(), got, want[r.GetKind()])
+		}
+		if r.GetKind() != "RoleBinding" && r.GetKind() != "ClusterRoleBinding" {
+			continue
+		}
+		data, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b rbacv1.RoleBinding // a ClusterRoleBinding has the same roleRef and subjects
+		if err := yaml.Unmarshal(data, &b); err != nil {
+			t.Fatal(err)
+		}
+		wantRef := s.RoleBinding.RoleRef
+		if r.GetKind() == "ClusterRoleBinding" {
+			wantRef = s.ClusterRoleBinding.RoleRef
+		}
+		if b.RoleRef != wantRef || !reflect.DeepEqual(b.Subjects, s.RoleBinding.Subjects) {
+			t.Errorf("%s binds %+v to %+v, want %+v to %+v", r.GetKind(), b.Subjects, b.RoleRef, s.RoleBinding.Subjects, wantRef)
+		}
 	}
 }
