@@ -142,6 +142,34 @@ func TestStreamAdviceNoFailures(t *testing.T) {
 	}
 }
 
+// With failed re-opens the advice follows the survivors' clean peak: none
+// (capacity unknown), or one too small for any spread up to 10 minutes
+// (SpreadFor not ok): neither branch may claim a J or no need to spread.
+func TestStreamAdviceFailureBranches(t *testing.T) {
+	for _, tc := range []struct {
+		clean int
+		want  string
+	}{
+		{0, "the survivors' capacity\n    is unknown"},
+		{1, "the survivors took only 1 re-opens in one 100ms without a failure"},
+	} {
+		s := NewStreamSummary(0.5, 0.95)
+		r := streamRecord(0, time.Second, 0, []int{9, 1})
+		// 20 streams a pod, as the e2e test's: at one per 100 ms no spread
+		// up to 10 minutes keeps them apart with 95% probability.
+		r.Streams.HerdCleanPeak, r.Streams.OpenAtSigterm = tc.clean, 20
+		s.Add(r)
+		s.Close()
+		if _, ok := SpreadFor(s.MaxOpen, tc.clean, HerdBin, SpreadConfidence); tc.clean > 0 && ok {
+			t.Fatalf("clean peak %d: SpreadFor found a spread; the case needs one it cannot", tc.clean)
+		}
+		got := streamAdvice(s)
+		if !strings.Contains(got, tc.want) || strings.Contains(got, "Spread the closes over") || strings.Contains(got, "needs no spread") {
+			t.Errorf("clean peak %d: advice\n%s\nwant %q", tc.clean, got, tc.want)
+		}
+	}
+}
+
 func TestTextReportHasStreamsSection(t *testing.T) {
 	s := NewSummary(nil, Options{})
 	for i := range 3 {

@@ -2,6 +2,7 @@ package streams
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -340,15 +341,25 @@ func checkGoaway(t *testing.T, r *results.Record, s *results.StreamTrial, path s
 	checkHerdRecorded(t, r, s, path)
 }
 
-// Failed re-opens on the real cluster, and the spread J the report sizes
+// Failed re-opens on the real cluster, and the advice the report builds
 // from them. The probe exits at SIGTERM (the fast-exiting app) and its
 // streams die with it (none); Skipper routes to the dead pod until its next
 // poll of the API server (3 s here), so re-opens that it sends there fail
 // (Skipper answered 503 in one run; in others the handshake timed out
 // while Skipper waited on the dead address) and retry, while
-// those it sends to the other pod open. The report must then size J from
-// the survivors' clean peak (results.SpreadFor), not give the no-failure
-// or the capacity-unknown advice (results.streamAdvice's other branches).
+// those it sends to the other pod open. The report must then advise from
+// the survivors' clean peak (results.SpreadFor), never the no-failure
+// advice.
+//
+// How large the clean peak comes out is the cluster's timing, not the
+// tool's: a re-open that timed out on the dead address overlaps every
+// 100 ms it was in flight (issue 28 item 12), and on a loaded 2-core
+// machine the survivors' re-opens all fell under such timeouts but one
+// (clean peak 1, where no spread up to 10 minutes keeps 20 closes at one
+// per 100 ms). So the test holds the report to the branch the record
+// implies: a spread J when SpreadFor finds one, the no-spread advice when
+// it does not, and the capacity-unknown advice at a clean peak of 0; the
+// J branch's wording is results.TestStreamSummaryUnclosedIsLowerBound's.
 //
 // Size: Skipper sends each first re-open to one of 3 pods, so with k
 // streams on the deleted pod none fails with probability about (2/3)^k.
@@ -365,23 +376,30 @@ func TestFailedReopensSizeTheSpread(t *testing.T) {
 		failed += n
 	}
 	t.Logf("failed re-opens %v, clean peak %d, herd %v", s.Failures, s.HerdCleanPeak, s.Herd)
-	if failed == 0 || s.HerdCleanPeak == 0 {
-		t.Fatalf("failed re-opens %v, clean peak %d: want re-opens that failed on the dead pod and a 100 ms the survivor took without a failure", s.Failures, s.HerdCleanPeak)
+	if failed == 0 {
+		t.Fatalf("failed re-opens %v: want re-opens that failed on the dead pod", s.Failures)
 	}
 	checkHerdRecorded(t, r, s, "ingress")
 	sum := results.NewStreamSummary(0.95, 0.95)
 	sum.Add(r)
 	sum.Close()
-	j, ok := results.SpreadFor(sum.MaxOpen, sum.CleanPeak, results.HerdBin, results.SpreadConfidence)
-	if !ok || j <= 0 {
-		t.Fatalf("SpreadFor(%d streams, clean peak %d) = %s, %t: want a spread", sum.MaxOpen, sum.CleanPeak, j, ok)
-	}
 	var report strings.Builder
 	if err := results.NewStreamsReporter(sum, 0, 0)(&report); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("report:\n%s", report.String())
-	if want := "Spread the closes over J ≥ " + j.String(); !strings.Contains(report.String(), want) {
-		t.Errorf("the report does not say %q", want)
+	var want string
+	switch j, ok := results.SpreadFor(sum.MaxOpen, sum.CleanPeak, results.HerdBin, results.SpreadConfidence); {
+	case sum.CleanPeak == 0:
+		want = "the survivors' capacity"
+	case ok && j > 0:
+		want = "Spread the closes over J ≥ " + j.String()
+	case !ok:
+		want = fmt.Sprintf("the survivors took only %d re-opens", sum.CleanPeak)
+	default:
+		t.Fatalf("SpreadFor(%d streams, clean peak %d) = 0: no spread needed, yet %d re-opens failed", sum.MaxOpen, sum.CleanPeak, failed)
+	}
+	if !strings.Contains(report.String(), want) || strings.Contains(report.String(), "needs no spread") {
+		t.Errorf("the report does not say %q, or gives the no-failure advice", want)
 	}
 }
