@@ -133,6 +133,16 @@ func measureAtScale(t *testing.T) *scaleRun {
 	// kube-proxy's cycle.
 	cfg.TrialJitter = proxyPeriod
 	cfg.KubeProxyMetrics = cluster.KubeProxyMetricsURL
+	// The observer reads Skipper's whole table (2,000 routes, about 1 MB)
+	// each poll. At the 200 ms of the other packages that alone kept
+	// Skipper and this -race test binary busy enough on 2 cores that
+	// Skipper's loads took up to 24 s, its /routes answer missed the 1 s
+	// timeout in 2 to 4 of 15 trials (observer_blind), and the API server
+	// stalled for 2 s once. Skipper changes its table once per poll
+	// (ingressPoll) at most, so polling it at that period loses no change;
+	// the bracket it adds is in skipperBound. A slow answer is still a
+	// bracket: 3 s lets one through rather than blinding the trial.
+	cfg.ObserverOptions.Interval, cfg.ObserverOptions.Timeout = ingressPoll, 3*time.Second
 	cfg.SettleTimeout = 4 * time.Minute
 	cfg.BeforeDelete = log.start
 	before := ballastVersions(t)
@@ -366,19 +376,42 @@ func holders(state map[string]map[string]bool, addr string) []string {
 	return out
 }
 
-// valid returns the run's valid trials, failing the test for each other.
+// valid returns the run's trials whose checked stages are sound, failing
+// the test for every other trial. One reason is allowed: observer_blind,
+// a Skipper replica unreadable for a poll between the address's last
+// listing and its removal. At 2,000 Ingresses under --churn on 2 cores,
+// Skipper's loads take up to 12 s (seen here and in CI) and its /routes
+// answer can exceed the observer's poll timeout (max(interval, 1 s),
+// measure/upstream/new.go); the tool then leaves that trial's upstream
+// stages out (results.ReasonStages) instead of reporting a removal it did
+// not see, which is the behaviour to keep, and its other stages stand.
+// Callers check the upstream stages only where rec.PointValid says so. At
+// most a third of the trials may be blind: beyond that the upstream bounds
+// are tested on too few to mean anything.
 func (r *scaleRun) valid(t *testing.T) []*results.Record {
 	t.Helper()
 	var out []*results.Record
+	blind := 0
 	for _, rec := range r.sink.Records {
 		if !rec.Valid {
-			t.Errorf("trial %d invalid: %s", rec.Trial, rec.InvalidReason())
-			continue
+			onlyBlind := len(rec.ReasonList()) > 0
+			for _, rs := range rec.ReasonList() {
+				onlyBlind = onlyBlind && rs.Code == results.ReasonObserverBlind
+			}
+			if !onlyBlind {
+				t.Errorf("trial %d invalid: %s", rec.Trial, rec.InvalidReason())
+				continue
+			}
+			blind++
+			t.Logf("trial %d: upstream stages left out: %s", rec.Trial, rec.InvalidReason())
 		}
 		out = append(out, rec)
 	}
 	if len(out) == 0 {
 		t.Fatal("no valid trial")
+	}
+	if 3*blind > len(r.sink.Records) {
+		t.Errorf("Skipper unreadable in %d of %d trials: want at most a third", blind, len(r.sink.Records))
 	}
 	return out
 }
