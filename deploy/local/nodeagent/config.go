@@ -54,9 +54,23 @@ type Config struct {
 	// KubeletPort is the 127.0.0.1 port of the kubelet API (port-forward,
 	// container logs) shared by all nodes; 0 picks a free one.
 	KubeletPort int
+	// ClusterDNS are the cluster DNS servers' addresses (the kubelet's
+	// --cluster-dns): pods of dnsPolicy ClusterFirst get them in their
+	// resolv.conf. Empty: every pod sees the machine's resolv.conf.
+	ClusterDNS []netip.Addr
+	// ClusterDomain is the cluster's DNS domain (--cluster-domain;
+	// default DefaultClusterDomain).
+	ClusterDomain string
 	// ShimPath is the executable started for each container; it must call
 	// ShimMain when argv[1] is ShimArg. Empty means os.Executable().
 	ShimPath string
+}
+
+func (cfg Config) clusterDomain() string {
+	if cfg.ClusterDomain == "" {
+		return DefaultClusterDomain
+	}
+	return cfg.ClusterDomain
 }
 
 // prefixPattern keeps the prefix usable in interface names (15 bytes max

@@ -87,6 +87,9 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 		}
 		spec.TermLog, spec.TermPath = c.termFile, c.spec.TerminationMessagePath
 	}
+	if spec.ResolvConf, err = w.writePodDNS(); err != nil {
+		return err
+	}
 	p, err := startProc(w.a.shimPath, spec, c.logFile)
 	if err != nil {
 		return err

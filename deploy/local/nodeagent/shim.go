@@ -35,6 +35,10 @@ type shimSpec struct {
 	TermLog      string `json:"termLog,omitempty"`
 	TermPath     string `json:"termPath,omitempty"`
 	ReadOnlyRoot bool   `json:"readOnlyRoot,omitempty"`
+	// ResolvConf, when set, is the host file bind-mounted over
+	// /etc/resolv.conf (the pod's DNS, as `ip netns exec` does for
+	// /etc/netns/NAME/resolv.conf).
+	ResolvConf string `json:"resolvConf,omitempty"`
 }
 
 // shimCloneFlags are the namespaces the agent creates for the shim when it
@@ -89,6 +93,11 @@ func shim(args []string) error {
 	if s.TermLog != "" && s.TermPath != "" {
 		if err := bindTermLog(s.TermLog, s.TermPath); err != nil {
 			return err
+		}
+	}
+	if s.ResolvConf != "" {
+		if err := unix.Mount(s.ResolvConf, hostResolvConf, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind the pod's resolv.conf at %s: %w", hostResolvConf, err)
 		}
 	}
 	if s.ReadOnlyRoot {
