@@ -83,6 +83,13 @@ $(BIN)/skipper: deploy/local/skipper-build/go.mod deploy/local/skipper-build/go.
 	@echo "building $@ (Zalando Skipper; first build: ~3-5 min, or beside bin/epwindow-local; compiled packages are listed)"
 	cd deploy/local/skipper-build && $(GOBUILD) -v -ldflags -w -o $(CURDIR)/$@ github.com/zalando/skipper/cmd/skipper
 
+# CoreDNS, the cluster DNS of issue 35 (pinned in
+# deploy/local/coredns-build/go.mod, built unmodified; about 5 min cold on 2
+# cores). Not yet part of `cluster`: it joins when `up` starts it.
+$(BIN)/coredns: deploy/local/coredns-build/go.mod deploy/local/coredns-build/go.sum
+	@echo "building $@ (CoreDNS; first build: ~5 min on 2 cores; compiled packages are listed)"
+	cd deploy/local/coredns-build && $(GOBUILD) -v -ldflags -w -o $(CURDIR)/$@ github.com/coredns/coredns
+
 # Its version is stamped as Traefik's release builds do (pkg/version), so
 # the API's /api/version, which measure records, names the pinned release.
 $(BIN)/traefik: deploy/local/traefik-build/go.mod deploy/local/traefik-build/go.sum
@@ -126,7 +133,7 @@ check-fresh: cluster
 # `go mod tidy` in the module named fixes it; and the modules bin/epwindow and
 # bin/epwindow-local share at one version (hack/check-shared-versions.sh).
 # About 8 s with a warm cache.
-GO_MODULES := . internal/localcluster deploy/local deploy/local/skipper-build deploy/local/traefik-build
+GO_MODULES := . internal/localcluster deploy/local deploy/local/skipper-build deploy/local/traefik-build deploy/local/coredns-build
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(GO_MODULES); do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod/go.sum of $$m not tidy: run go mod tidy there (cd $$m && $(GO) mod tidy -diff shows the change)"; exit 1; }; done
