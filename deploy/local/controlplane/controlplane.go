@@ -48,6 +48,10 @@ type ControlPlane struct {
 	// RestrictedKubeconfig is DIR/kubeconfig-restricted: user "restricted",
 	// bearer token, no RBAC bindings (only what system:authenticated gets).
 	RestrictedKubeconfig string
+	// CoreDNSKubeconfig is DIR/kubeconfig-coredns: user "coredns", which
+	// the cluster binds to the ClusterRole system:coredns (read Services,
+	// EndpointSlices, Namespaces), as kubeadm binds CoreDNS's account.
+	CoreDNSKubeconfig string
 	// RestConfig is the admin client configuration.
 	RestConfig *rest.Config
 	// Client is an admin clientset.
@@ -118,6 +122,12 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, retErr error) {
 	}
 	if err := writeKubeconfig(cp.RestrictedKubeconfig, cp.URL, cp.PKI.CAFile, "restricted", &clientcmdapi.AuthInfo{
 		Token: cp.PKI.RestrictedToken,
+	}); err != nil {
+		return nil, err
+	}
+	cp.CoreDNSKubeconfig = filepath.Join(cfg.Dir, "kubeconfig-coredns")
+	if err := writeKubeconfig(cp.CoreDNSKubeconfig, cp.URL, cp.PKI.CAFile, "coredns", &clientcmdapi.AuthInfo{
+		Token: cp.PKI.CoreDNSToken,
 	}); err != nil {
 		return nil, err
 	}

@@ -42,6 +42,7 @@ type PKI struct {
 	RestrictedToken string // user "restricted", no RBAC bindings
 	SkipperToken    string // user "skipper", group system:masters
 	TraefikToken    string // user "traefik", group system:masters
+	CoreDNSToken    string // user "coredns", no group: RBAC role system:coredns
 }
 
 // newPKI writes a fresh CA, certificates, keys and token file under dir.
@@ -147,14 +148,14 @@ func newPKI(dir string) (*PKI, error) {
 		return nil, err
 	}
 
-	for _, t := range []*string{&p.AdminToken, &p.RestrictedToken, &p.SkipperToken, &p.TraefikToken} {
+	for _, t := range []*string{&p.AdminToken, &p.RestrictedToken, &p.SkipperToken, &p.TraefikToken, &p.CoreDNSToken} {
 		if *t, err = randomToken(); err != nil {
 			return nil, err
 		}
 	}
 	// Format: token,user,uid[,"group1,group2"] (apiserver --token-auth-file).
-	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n%s,restricted,restricted\n%s,skipper,skipper,\"system:masters\"\n%s,traefik,traefik,\"system:masters\"\n",
-		p.AdminToken, p.RestrictedToken, p.SkipperToken, p.TraefikToken)
+	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n%s,restricted,restricted\n%s,skipper,skipper,\"system:masters\"\n%s,traefik,traefik,\"system:masters\"\n%s,coredns,coredns\n",
+		p.AdminToken, p.RestrictedToken, p.SkipperToken, p.TraefikToken, p.CoreDNSToken)
 	if err := os.WriteFile(p.TokenFile, []byte(tokens), 0o600); err != nil {
 		return nil, fmt.Errorf("write token file: %w", err)
 	}

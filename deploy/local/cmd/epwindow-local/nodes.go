@@ -82,6 +82,7 @@ func startNodes(ctx context.Context, cfg upConfig, cp *controlplane.ControlPlane
 		StateDir:  filepath.Join(cfg.Dir, "nodes"),
 		// ClusterIPs are routed when a kube-proxy will rewrite them.
 		ServiceCIDR: serviceCIDR(cfg),
+		ClusterDNS:  clusterDNS(cfg),
 		Log:         slog.New(slog.NewTextHandler(logf, nil)),
 	}
 	if err := nodeagent.SetupNetwork(n.cfg); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/epwindow/epwindow/deploy/local/controlplane"
+	"github.com/epwindow/epwindow/deploy/local/coredns"
 	"github.com/epwindow/epwindow/deploy/local/kubeproxy"
 	"github.com/epwindow/epwindow/deploy/local/nodeagent"
 	"github.com/epwindow/epwindow/deploy/local/skipper"
@@ -39,6 +41,10 @@ const (
 	flagMaxPerSlice = "max-endpoints-per-slice"
 	flagBallast     = "ballast"
 	flagChurn       = "churn"
+	flagDNS         = "dns"
+	flagDNSTTL      = "dns-ttl"
+	flagDNSCache    = "dns-cache"
+	flagDNSCacheAll = "dns-cache-cluster"
 )
 
 // maxChurn bounds --churn: more slice writes a second than this machine's
@@ -67,6 +73,13 @@ type upConfig struct {
 	MaxPerSlice int           // --max-endpoints-per-slice (0: the default, 100)
 	Ballast     ballastSpec   // extra Services (zero: none)
 	Churn       float64       // ballast endpoint changes a second (0: none)
+	// DNS runs CoreDNS behind kube-system/kube-dns (10.96.0.10) and gives
+	// ClusterFirst pods that resolver; DNSTTL is its records' TTL, DNSCache
+	// its cache's cap, DNSCacheCluster whether cluster names are cached.
+	DNS             bool
+	DNSTTL          time.Duration
+	DNSCache        time.Duration
+	DNSCacheCluster bool
 }
 
 func (c upConfig) skipper() bool { return c.Ingress != ingressTraefik }
@@ -87,6 +100,10 @@ func parseUp(args []string) (upConfig, error) {
 	fs.StringVar(&c.Ingress, flagIngress, ingressSkipper, "the data planes to run: skipper, traefik (its Ingress, Gateway API and ingress-nginx providers) or all")
 	fs.DurationVar(&c.Throttle, flagThrottle, 2*time.Second, "Traefik's providersThrottleDuration: the least time between two configurations a provider hands to the router (0: none)")
 	fs.IntVar(&c.MaxPerSlice, flagMaxPerSlice, 0, "kube-controller-manager's --max-endpoints-per-slice, 1 to 1000 (0: its default, 100)")
+	fs.BoolVar(&c.DNS, flagDNS, false, "run CoreDNS as the cluster DNS (kube-system/kube-dns at 10.96.0.10; needs kube-proxy and bin/coredns): pods resolve Service names")
+	fs.DurationVar(&c.DNSTTL, flagDNSTTL, 30*time.Second, "CoreDNS's TTL on the cluster's records (kubernetes plugin ttl; kubeadm's 30s)")
+	fs.DurationVar(&c.DNSCache, flagDNSCache, 30*time.Second, "CoreDNS's cache cap (cache plugin; kubeadm's 30s)")
+	fs.BoolVar(&c.DNSCacheCluster, flagDNSCacheAll, false, "let CoreDNS cache the cluster domain's answers too (kubeadm's Corefile does not)")
 	ballast := fs.String(flagBallast, "", "SERVICES[xENDPOINTS]: extra selector-less Services with ENDPOINTS (default 5) addresses no pod holds, each with an Ingress of the running class")
 	fs.Float64Var(&c.Churn, flagChurn, 0, "ballast endpoint readiness changes a second, written steadily while the cluster runs (needs --ballast)")
 	if err := fs.Parse(args); err != nil {
@@ -158,6 +175,15 @@ func (c *upConfig) validate() error {
 	if c.Churn > 0 && c.Ballast.Services == 0 {
 		return fmt.Errorf("--%s needs --%s: it changes the ballast's endpoints", flagChurn, flagBallast)
 	}
+	if c.DNS && c.ProxyMode == kubeproxy.ModeNone {
+		return fmt.Errorf("--%s needs a kube-proxy to route the kube-dns ClusterIP: --%s is none", flagDNS, flagProxyMode)
+	}
+	if c.DNSTTL < 0 || c.DNSTTL > time.Hour {
+		return fmt.Errorf("--%s (%s) must be between 0 and 1h", flagDNSTTL, c.DNSTTL)
+	}
+	if c.DNSCache < 0 || c.DNSCache > time.Hour {
+		return fmt.Errorf("--%s (%s) must be between 0 and 1h", flagDNSCache, c.DNSCache)
+	}
 	if c.ProxyMode != kubeproxy.ModeNone && c.Nodes == 0 {
 		return fmt.Errorf("--%s %s needs at least one node (--%s)", flagProxyMode, c.ProxyMode, flagNodes)
 	}
@@ -167,7 +193,7 @@ func (c *upConfig) validate() error {
 // ownedPaths are what `up` creates under DIR besides logs. They are removed
 // before a start (a crashed run's leftovers) and after teardown; nothing
 // else in DIR is touched.
-var ownedPaths = []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", "nodes"}
+var ownedPaths = []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", "kubeconfig-coredns", "Corefile", "nodes"}
 
 // logFiles are the per-component logs under DIR. A start truncates them;
 // teardown leaves them for reading.
@@ -269,6 +295,22 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 	if proxyMetrics != "" {
 		ready = append(ready, "kube-proxy-metrics="+proxyMetrics)
 	}
+	var dnsDone <-chan struct{} // nil, never ready, without --dns
+	var dnsErr func() error
+	if cfg.DNS {
+		host, err := nodes.cfg.HostAddr()
+		if err != nil {
+			return err
+		}
+		dns, err := startDNS(ctx, cfg, cp, host)
+		if err != nil {
+			return err
+		}
+		defer dns.Stop()
+		dnsDone, dnsErr = dns.Done(), dns.Err
+		ready = append(ready, "dns="+netip.AddrPortFrom(kubeDNSAddr, coredns.Port).String(), "dns-direct="+dns.String())
+		log.Info("coredns ready", "pid", dns.PID(), "addr", dns.String(), "after", time.Since(start))
+	}
 	var skipperDone, traefikDone <-chan struct{} // nil, never ready, when not run
 	var skipperErr, traefikErr func() error
 	if cfg.skipper() {
@@ -333,6 +375,8 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 		return fmt.Errorf("skipper exited (see skipper.log): %v", skipperErr())
 	case <-traefikDone:
 		return fmt.Errorf("traefik exited (see traefik.log): %v", traefikErr())
+	case <-dnsDone:
+		return fmt.Errorf("coredns exited (see coredns.log): %v", dnsErr())
 	case <-proxyDone:
 		return errors.New("kube-proxy exited (see kube-proxy.log)")
 	case err := <-churnErr:
