@@ -70,10 +70,11 @@ LOCAL_TEST_PKGS := ./nodeagent/... ./skipper/... ./traefik/... ./kubeproxy ./int
 LOCAL_NORACE_PKGS := ./controlplane/ ./cmd/epwindow-local/
 
 # cluster-skipper is what `make demo` needs (up's default --ingress skipper);
-# cluster adds Traefik and the Gateway API CRDs for `up --ingress traefik|all`.
+# cluster adds Traefik and the Gateway API CRDs for `up --ingress traefik|all`,
+# and CoreDNS for `up --dns`.
 .PHONY: cluster cluster-skipper
 cluster-skipper: $(BIN)/epwindow-local $(BIN)/skipper
-cluster: cluster-skipper $(BIN)/traefik $(BIN)/gateway-api-crds/.version
+cluster: cluster-skipper $(BIN)/traefik $(BIN)/gateway-api-crds/.version $(BIN)/coredns
 
 $(BIN)/epwindow-local: $(LOCAL_SRC)
 	@echo "building $@ (first build: about 8 min on 2 cores, beside Skipper's; compiled packages are listed)"
@@ -83,9 +84,9 @@ $(BIN)/skipper: deploy/local/skipper-build/go.mod deploy/local/skipper-build/go.
 	@echo "building $@ (Zalando Skipper; first build: ~3-5 min, or beside bin/epwindow-local; compiled packages are listed)"
 	cd deploy/local/skipper-build && $(GOBUILD) -v -ldflags -w -o $(CURDIR)/$@ github.com/zalando/skipper/cmd/skipper
 
-# CoreDNS, the cluster DNS of issue 35 (pinned in
+# CoreDNS, the cluster DNS `up --dns` runs (pinned in
 # deploy/local/coredns-build/go.mod, built unmodified; about 5 min cold on 2
-# cores). Not yet part of `cluster`: it joins when `up` starts it.
+# cores).
 $(BIN)/coredns: deploy/local/coredns-build/go.mod deploy/local/coredns-build/go.sum
 	@echo "building $@ (CoreDNS; first build: ~5 min on 2 cores; compiled packages are listed)"
 	cd deploy/local/coredns-build && $(GOBUILD) -v -ldflags -w -o $(CURDIR)/$@ github.com/coredns/coredns

@@ -60,6 +60,9 @@ type Options struct {
 	MaxEndpointsPerSlice int
 	Ballast              string
 	Churn                float64
+	// DNS runs CoreDNS as the cluster DNS (up --dns): kube-system/kube-dns
+	// at 10.96.0.10, in ClusterFirst pods' resolv.conf. It needs bin/coredns.
+	DNS bool
 }
 
 // args is up's command line for o (defaults applied).
@@ -92,6 +95,9 @@ func (o Options) args(dir string) []string {
 	if o.Churn != 0 {
 		args = append(args, "--churn", strconv.FormatFloat(o.Churn, 'f', -1, 64))
 	}
+	if o.DNS {
+		args = append(args, "--dns")
+	}
 	return args
 }
 
@@ -103,6 +109,9 @@ func (o Options) binaries() []string {
 	}
 	if o.Ingress == "traefik" || o.Ingress == "all" {
 		names = append(names, "traefik", "gateway-api-crds")
+	}
+	if o.DNS {
+		names = append(names, "coredns")
 	}
 	return names
 }
@@ -153,6 +162,9 @@ type Cluster struct {
 	// KubeProxyMetricsURL is kube-proxy's /metrics on loopback (empty
 	// without kube-proxy).
 	KubeProxyMetricsURL string
+	// DNS is the kube-dns Service, 10.96.0.10:53, and DNSDirect CoreDNS's
+	// own address on the pod network (empty without Options.DNS).
+	DNS, DNSDirect string
 	// StartupTime is from starting the binary to its READY line.
 	StartupTime time.Duration
 	// PID is epwindow-local's process: etcd, the API server, the
@@ -352,6 +364,10 @@ func (c *Cluster) parseReady(line string) error {
 			c.Gateway = v
 		case "kube-proxy-metrics":
 			c.KubeProxyMetricsURL = v
+		case "dns":
+			c.DNS = v
+		case "dns-direct":
+			c.DNSDirect = v
 		}
 	}
 	skipper := c.IngressURL != "" && c.RoutesURL != ""
