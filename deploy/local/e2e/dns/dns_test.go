@@ -97,28 +97,13 @@ func TestClusterDNS(t *testing.T) {
 	script := `cat /etc/resolv.conf; echo ---
 getent hosts web || echo "web: not resolved"
 getent hosts kubernetes.default || echo "kubernetes.default: not resolved"`
-	retry(ctx, t, func() error {
-		_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "client"},
-			Spec: corev1.PodSpec{NodeName: "node-0", RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
-				Name: "c", Image: "bash:local", Command: []string{"timeout", "60", "bash", "-c", script},
-			}}},
-		}, metav1.CreateOptions{})
-		return err
-	})
-	var pod *corev1.Pod
-	err = testenv.Poll(ctx, "client pod finished", 200*time.Millisecond, 2*time.Minute, func() (bool, error) {
-		var err error
-		if pod, err = cs.CoreV1().Pods(ns).Get(ctx, "client", metav1.GetOptions{}); err != nil {
-			return false, err
-		}
-		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, nil
-	})
-	logs, lerr := cs.CoreV1().Pods(ns).GetLogs("client", &corev1.PodLogOptions{Container: "c"}).DoRaw(ctx)
+	phase, out, err := testenv.RunScript(ctx, cs, ns, "node-0", "timeout 60 bash -c '"+script+"'", 2*time.Minute)
 	if err != nil {
-		t.Fatalf("%v\nlog (%v):\n%s", err, lerr, logs)
+		t.Fatal(err)
 	}
-	out := string(logs)
+	if phase != corev1.PodSucceeded {
+		t.Errorf("client pod %s", phase)
+	}
 	t.Logf("client pod:\n%s", out)
 	conf, results, _ := strings.Cut(out, "---\n")
 	for _, want := range []string{"nameserver 10.96.0.10\n", "search " + ns + ".svc.cluster.local svc.cluster.local cluster.local", "options ndots:5\n"} {

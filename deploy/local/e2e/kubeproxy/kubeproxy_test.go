@@ -153,39 +153,14 @@ func checkRouting(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 for i in $(seq %d); do export i
   timeout 5 bash -c 'exec 4<>/dev/tcp/%s/80 && echo "request $i: connected" && printf "GET / HTTP/1.0\r\n\r\n" >&4 && grep -a "^pod=" <&4' || { echo "request $i: failed, exit $?"; exit 1; }
 done`, requests, ip)
-	create(ctx, t, func() error {
-		_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "client"},
-			Spec: corev1.PodSpec{NodeName: "node-0", RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
-				Name: "c", Image: "bash:local", Command: []string{"bash", "-c", script},
-			}}},
-		}, metav1.CreateOptions{})
-		return err
-	})
 	// The script's own limits add up to 110 s at most; a minute more covers
 	// the pod's start and its status reaching the API server.
-	var pod *corev1.Pod
-	err = testenv.Poll(ctx, "client pod finished", 200*time.Millisecond, 170*time.Second, func() (bool, error) {
-		var err error
-		if pod, err = cs.CoreV1().Pods(ns).Get(ctx, "client", metav1.GetOptions{}); err != nil {
-			return false, err
-		}
-		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, nil
-	})
-	logs, lerr := cs.CoreV1().Pods(ns).GetLogs("client", &corev1.PodLogOptions{Container: "c"}).DoRaw(ctx)
+	phase, out, err := testenv.RunScript(ctx, cs, ns, "node-0", script, 170*time.Second)
 	if err != nil {
-		var status corev1.PodStatus
-		if pod != nil {
-			status = pod.Status
-		}
-		t.Fatalf("%v\npod status: %+v\nlog (%v):\n%s", err, status, lerr, logs)
+		t.Fatal(err)
 	}
-	if lerr != nil {
-		t.Fatal(lerr)
-	}
-	out := string(logs)
-	if pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, "kubernetes-connected") {
-		t.Errorf("client pod %s; want the kubernetes Service reachable and %d answers:\n%s", pod.Status.Phase, requests, out)
+	if phase != corev1.PodSucceeded || !strings.Contains(out, "kubernetes-connected") {
+		t.Errorf("client pod %s; want the kubernetes Service reachable and %d answers:\n%s", phase, requests, out)
 	}
 	if n := strings.Count(out, "pod=ready time="); n != requests || strings.Contains(out, "unready") {
 		t.Errorf("from a pod: %d of %d answers from the ready backend:\n%s", n, requests, out)
