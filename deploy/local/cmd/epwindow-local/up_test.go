@@ -38,6 +38,16 @@ func TestParseUp(t *testing.T) {
 			t.Errorf("--ingress %s: skipper %v traefik %v throttle %s", tt.ingress, c.skipper(), c.traefik(), c.Throttle)
 		}
 	}
+	if clusterDNS(c) != nil {
+		t.Errorf("cluster DNS without --dns: %v, want pods on the machine's resolv.conf", clusterDNS(c))
+	}
+	c, err = parseUp([]string{"--dir", "/d", "--bin-dir", "/b", "--dns", "--dns-ttl", "5s", "--dns-cache", "0s", "--dns-cache-cluster"})
+	if err != nil || !c.DNS || c.DNSTTL != 5*time.Second || c.DNSCache != 0 || !c.DNSCacheCluster {
+		t.Errorf("--dns: %+v, %v", c, err)
+	}
+	if got := clusterDNS(c); len(got) != 1 || got[0].String() != "10.96.0.10" {
+		t.Errorf("cluster DNS with --dns: %v, want kube-dns's 10.96.0.10", got)
+	}
 	if got := serviceCIDR(c); got != "10.96.0.0/16" {
 		t.Errorf("service CIDR with kube-proxy: %q", got)
 	}
@@ -68,6 +78,9 @@ func TestParseUpRejects(t *testing.T) {
 		{[]string{"--dir", "/d", "--ballast", "2000y5"}, "--ballast"},
 		{[]string{"--dir", "/d", "--churn", "5"}, "--churn needs --ballast"},
 		{[]string{"--dir", "/d", "--ballast", "10", "--churn", "1000"}, "--churn"},
+		{[]string{"--dir", "/d", "--dns", "--proxy-mode", "none"}, "--dns needs a kube-proxy"},
+		{[]string{"--dir", "/d", "--dns", "--dns-ttl", "-1s"}, "--dns-ttl"},
+		{[]string{"--dir", "/d", "--dns", "--dns-cache", "2h"}, "--dns-cache"},
 	} {
 		_, err := parseUp(append(tt.args, "--bin-dir", "/b"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
