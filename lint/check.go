@@ -111,6 +111,7 @@ func Check(objs []*Object, o Options) ([]Finding, error) {
 		ck.pod(w, selected)
 	}
 	ck.loadBalancers(objs, svcs, wls)
+	ck.headlessNotReady(svcs, wls)
 	ck.waive(objs, wls)
 	slices.SortStableFunc(ck.findings, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column),

@@ -93,6 +93,7 @@ func TestRules(t *testing.T) {
 		{"EPW009.yaml", RuleDeregistration},
 		{"EPW010.yaml", RuleReadinessGate},
 		{"EPW011.yaml", RuleAnnotationSyntax},
+		{"EPW012.yaml", RuleHeadlessNotReady},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {

@@ -46,6 +46,7 @@ const (
 	RuleDeregistration   = "EPW009"
 	RuleReadinessGate    = "EPW010"
 	RuleAnnotationSyntax = "EPW011"
+	RuleHeadlessNotReady = "EPW012"
 )
 
 // Rules are every rule, in ID order. Read-only.
@@ -83,6 +84,9 @@ var Rules = []Rule{
 	{ID: RuleAnnotationSyntax, Name: "annotation-invalid", Level: LevelError,
 		Reason: "an epwindow.io annotation does not parse, so what it declares is ignored",
 		Fix:    "write a duration such as 15s (shutdown-delay, deregistration-delay), or a reason after a waiver"},
+	{ID: RuleHeadlessNotReady, Name: "headless-publish-not-ready", Level: LevelWarning,
+		Reason: "publishNotReadyAddresses keeps a terminating pod's endpoint ready, and CoreDNS answers a headless Service with its ready endpoints: clients resolve a deleted pod's address for its whole termination",
+		Fix:    "remove spec.publishNotReadyAddresses; pods that must find not-ready peers belong to a StatefulSet with its own governing Service"},
 }
 
 // RuleByID returns the rule with an ID or a Name.
