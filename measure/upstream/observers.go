@@ -192,24 +192,30 @@ func (o *httpObserver) requestURL(base string) string {
 }
 
 func (o *httpObserver) Poll(ctx context.Context) (Snapshot, error) {
-	snap := Snapshot{Sent: o.clock.Now()}
-	eps, err := o.src.endpoints(ctx)
+	return pollReplicas(ctx, o.kind, o.clock, o.src, o.read)
+}
+
+// pollReplicas reads every replica of src at once, each with read; a
+// replica the source could not reach is a blind reading.
+func pollReplicas(ctx context.Context, kind string, clk clock.PassiveClock, src source, read func(context.Context, endpoint) ReplicaUpstreams) (Snapshot, error) {
+	snap := Snapshot{Sent: clk.Now()}
+	eps, err := src.endpoints(ctx)
 	if err != nil {
-		snap.At = o.clock.Now()
-		return snap, fmt.Errorf("%s observer: %w", o.kind, err)
+		snap.At = clk.Now()
+		return snap, fmt.Errorf("%s observer: %w", kind, err)
 	}
 	snap.Replicas = make([]ReplicaUpstreams, len(eps))
 	var wg sync.WaitGroup
 	for i, ep := range eps {
 		if ep.Err != nil {
-			now := o.clock.Now()
+			now := clk.Now()
 			snap.Replicas[i] = ReplicaUpstreams{Replica: ep.Replica, Err: ep.Err, Sent: now, At: now}
 			continue
 		}
-		wg.Go(func() { snap.Replicas[i] = o.read(ctx, ep) })
+		wg.Go(func() { snap.Replicas[i] = read(ctx, ep) })
 	}
 	wg.Wait()
-	snap.At = o.clock.Now()
+	snap.At = clk.Now()
 	return snap, nil
 }
 

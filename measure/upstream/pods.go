@@ -68,6 +68,10 @@ type podSource struct {
 	port      int
 	// portFlag is the flag that sets port, for error messages.
 	portFlag string
+	// whereFlag, when set, is the one flag that names other replicas
+	// instead of --controller-selector and --controller-namespace (the DNS
+	// observer's --dns-server), for error messages.
+	whereFlag string
 	// container picks the controller container by name substring ("" = the
 	// first); only for reading its args.
 	container string
@@ -107,6 +111,14 @@ func (s *podSource) where() string {
 	return "namespace " + s.namespace
 }
 
+// flags names the flags that point the source at other pods.
+func (s *podSource) flags() string {
+	if s.whereFlag != "" {
+		return "--" + s.whereFlag
+	}
+	return "--" + FlagControllerSelector + "/--" + FlagControllerNamespace
+}
+
 // list re-reads the pods when the last list is older than refresh.
 func (s *podSource) list(ctx context.Context) ([]corev1.Pod, error) {
 	s.mu.Lock()
@@ -116,8 +128,8 @@ func (s *podSource) list(ctx context.Context) ([]corev1.Pod, error) {
 	}
 	pl, err := s.client.CoreV1().Pods(s.namespace).List(ctx, metav1.ListOptions{LabelSelector: s.selector})
 	if err != nil {
-		return nil, fmt.Errorf("list controller pods (selector %q) in %s: %w (needs RBAC: list pods in %s; or set --%s/--%s)",
-			s.selector, s.where(), err, s.where(), FlagControllerSelector, FlagControllerNamespace)
+		return nil, fmt.Errorf("list pods (selector %q) in %s: %w (needs RBAC: list pods in %s; or set %s)",
+			s.selector, s.where(), err, s.where(), s.flags())
 	}
 	var pods []corev1.Pod
 	for _, p := range pl.Items {
@@ -126,6 +138,9 @@ func (s *podSource) list(ctx context.Context) ([]corev1.Pod, error) {
 		}
 	}
 	if len(pods) == 0 {
+		if s.whereFlag != "" {
+			return nil, fmt.Errorf("no running pods match selector %q in %s: set --%s", s.selector, s.where(), s.whereFlag)
+		}
 		return nil, fmt.Errorf("no running controller pods match selector %q in %s: set --%s (and --%s) to the ingress controller's pod labels",
 			s.selector, s.where(), FlagControllerSelector, FlagControllerNamespace)
 	}
