@@ -16,6 +16,8 @@ const PointWindow = "window"
 var keyedStages = map[string]bool{
 	StageUpstreamLastSeen:  true,
 	StageUpstreamRemoved:   true,
+	StageDNSLastPresent:    true,
+	StageDNSRemoved:        true,
 	StageLastAccept:        true,
 	StageUpstreamPresent:   true,
 	StageClusterLastRouted: true,

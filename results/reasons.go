@@ -40,6 +40,12 @@ const (
 	// ReasonUpstreamListed: a controller replica still listed the address
 	// when the trial ended (it ran into the hold): its removal is unknown.
 	ReasonUpstreamListed = "upstream_listed"
+	// ReasonDNSBlind: a DNS server asked for the headless name did not
+	// answer when the removal happened, or never answered the address.
+	ReasonDNSBlind = "dns_blind"
+	// ReasonDNSListed: a DNS server still answered the address when the
+	// trial ended: its removal from DNS is unknown.
+	ReasonDNSListed = "dns_listed"
 	// ReasonSkewBound: the probe clock's offset is known less precisely
 	// than the run allows.
 	ReasonSkewBound = "skew_bound"
@@ -78,6 +84,8 @@ var (
 		StageSliceNotReady, StageSliceNotServing, StageSliceRemoved, StagePodDeleted}}
 	// upstreamGroup comes from the upstream observer.
 	upstreamGroup = &stageGroup{"upstream stages", []string{StageUpstreamLastSeen, StageUpstreamRemoved}}
+	// dnsGroup comes from the DNS observer.
+	dnsGroup = &stageGroup{"DNS stages", []string{StageDNSLastPresent, StageDNSRemoved}}
 	// podClockGroup is the probe's record, put on the tool's clock with the
 	// skew estimate; the window and the recommendation rest on it.
 	podClockGroup = &stageGroup{"probe-clock stages and the window", []string{StagePrestopCalled, StageSigterm,
@@ -95,6 +103,8 @@ var reasonGroups = map[string]*stageGroup{
 	ReasonRemovalTimeout:  watchGroup,
 	ReasonObserverBlind:   upstreamGroup,
 	ReasonUpstreamListed:  upstreamGroup,
+	ReasonDNSBlind:        dnsGroup,
+	ReasonDNSListed:       dnsGroup,
 	ReasonSkewBound:       podClockGroup,
 	ReasonSkewMissing:     podClockGroup,
 	ReasonProbeUnreadable: podClockGroup,

@@ -22,6 +22,11 @@ import (
 // A runner's faults are notes on its Runner entry, never reason codes: an
 // older reader would take an unknown code as invalidating every stage.
 //
+// The DNS stages (dns_last_present, dns_removed) and their reason codes
+// (dns_blind, dns_listed) are additive within version 2 too. An older
+// reader takes those codes as unknown and so invalidates every stage of
+// such a trial: it drops the trial rather than trusting a wrong number.
+//
 // Header.Route (measure --route httproute: the Gateway, its class and
 // controller) is additive within version 2 too: readers decode with
 // encoding/json, which skips fields it does not know, and a file without it
@@ -68,13 +73,19 @@ const (
 	StageSliceRemoved       = "slice_removed"
 	StageUpstreamLastSeen   = "upstream_last_present" // keyed by observer/replica
 	StageUpstreamRemoved    = "upstream_removed"      // keyed by observer/replica
-	StagePrestopCalled      = "prestop_called"
-	StageSigterm            = "sigterm"
-	StageLastAccept         = "last_accept" // keyed by peer address
-	StageLastRequest        = "last_request"
-	StageClientLastRouted   = "client_last_routed"
-	StageContainerExit      = "container_exit"
-	StagePodDeleted         = "pod_deleted"
+	// StageDNSLastPresent and StageDNSRemoved are the cluster DNS's answers
+	// for the probe's headless Service (measure --dns): the last answer
+	// that held the address and the first that did not, keyed
+	// "dns/replica" (the DNS pod or server asked).
+	StageDNSLastPresent   = "dns_last_present"
+	StageDNSRemoved       = "dns_removed"
+	StagePrestopCalled    = "prestop_called"
+	StageSigterm          = "sigterm"
+	StageLastAccept       = "last_accept" // keyed by peer address
+	StageLastRequest      = "last_request"
+	StageClientLastRouted = "client_last_routed"
+	StageContainerExit    = "container_exit"
+	StagePodDeleted       = "pod_deleted"
 	// StageClusterLastRouted is keyed by runner ("pod/node"; Runner.Key).
 	StageClusterLastRouted = "cluster_last_routed"
 )

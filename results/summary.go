@@ -17,6 +17,7 @@ var Points = []string{
 	StageSliceNotServing,
 	StageUpstreamLastSeen,
 	StageUpstreamRemoved,
+	StageDNSRemoved,
 	StagePrestopCalled,
 	StageSigterm,
 	StageLastAccept,
@@ -42,6 +43,9 @@ func (d Delta) Name() string { return d.From + "→" + d.To }
 var Deltas = []Delta{
 	{StageSliceNotReady, StageUpstreamRemoved},
 	{StageUpstreamRemoved, PointWindow},
+	// The DNS path (measure --dns): CoreDNS answers only ready endpoints,
+	// so its answer drops the address when it sees the slice's ready=false.
+	{StageSliceNotReady, StageDNSRemoved},
 	{StageSliceNotReady, PointWindow},
 	// kube-proxy drops an endpoint that turned ready=false from its rules
 	// on its next sync (when the Service has other ready endpoints): this is
