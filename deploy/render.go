@@ -116,6 +116,10 @@ type Params struct {
 	// H2C annotates the Service for Traefik to reach the probe over h2c
 	// (AnnotationTraefikScheme): gRPC through Traefik needs it.
 	H2C bool
+	// Headless adds a headless Service (HeadlessName) selecting the same
+	// pods: the name DNS clients resolve to the pods' own addresses, whose
+	// answers measure --dns times.
+	Headless bool
 	// RunID, when set, is the LabelRunID value on every object and pod, and
 	// part of the pods' selector.
 	RunID string
@@ -130,7 +134,10 @@ type Workload struct {
 	Namespace  *corev1.Namespace
 	Deployment *appsv1.Deployment
 	Service    *corev1.Service
-	Ingress    *networkingv1.Ingress
+	// Headless is the headless Service (clusterIP: None) over the same
+	// pods when Params.Headless is set, else nil.
+	Headless *corev1.Service
+	Ingress  *networkingv1.Ingress
 	// HTTPRoute is unstructured: the Gateway API's Go types are not a
 	// dependency, and the dynamic client creates it as it is.
 	HTTPRoute *unstructured.Unstructured
@@ -144,6 +151,9 @@ func (p Params) Validate() error {
 	// Service names must be DNS-1035 labels (start with a letter).
 	if errs := validation.IsDNS1035Label(p.Name); len(errs) > 0 {
 		return fmt.Errorf("name %q (--name): %s", p.Name, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1035Label(HeadlessName(p.Name)); p.Headless && len(errs) > 0 {
+		return fmt.Errorf("name %q (--name): the headless Service %q: %s", p.Name, HeadlessName(p.Name), strings.Join(errs, "; "))
 	}
 	if p.Replicas < 1 {
 		return fmt.Errorf("--replicas (%d) must be at least 1", p.Replicas)
@@ -413,6 +423,9 @@ func (p Params) apply(wl *Workload) error {
 		wl.Service.Spec.Ports[i].Port = port
 		wl.Service.Spec.Ports[i].TargetPort = intstr.FromInt32(port)
 	}
+	if p.Headless {
+		wl.Headless = headless(wl.Service)
+	}
 	if wl.HTTPRoute != nil {
 		return p.applyHTTPRoute(wl.HTTPRoute)
 	}
@@ -525,4 +538,28 @@ func container(d *appsv1.Deployment) *corev1.Container {
 		}
 	}
 	return nil
+}
+
+// HeadlessSuffix makes the headless Service's name from the workload's.
+const HeadlessSuffix = "-headless"
+
+// HeadlessName is the headless Service's name for a workload name.
+func HeadlessName(name string) string { return name + HeadlessSuffix }
+
+// headless is svc without a cluster IP: the cluster DNS answers its name
+// with the ready endpoints' own addresses (CoreDNS's kubernetes plugin,
+// plugin/kubernetes/kubernetes.go: a headless Service's records are its
+// endpoints), and kube-proxy programs nothing for it. It keeps
+// publishNotReadyAddresses false, as a Deployment's Service should: a
+// terminating pod's endpoint then turns ready=false at its deletion, and
+// DNS stops answering it (EPW012 flags the opposite).
+func headless(svc *corev1.Service) *corev1.Service {
+	h := svc.DeepCopy()
+	h.Name = HeadlessName(svc.Name)
+	h.Annotations = nil
+	h.Spec.Type = corev1.ServiceTypeClusterIP
+	h.Spec.ClusterIP = corev1.ClusterIPNone
+	h.Spec.ClusterIPs = nil
+	h.Spec.PublishNotReadyAddresses = false
+	return h
 }

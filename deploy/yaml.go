@@ -21,6 +21,9 @@ func (wl *Workload) Objects() []any {
 	if wl.Service != nil {
 		out = append(out, wl.Service)
 	}
+	if wl.Headless != nil {
+		out = append(out, wl.Headless)
+	}
 	if wl.Ingress != nil {
 		out = append(out, wl.Ingress)
 	}

@@ -42,6 +42,7 @@ const (
 	FlagHost         = "host"
 	FlagURL          = "url"
 	FlagObserver     = "observer"
+	FlagDNS          = "dns"
 	FlagRate         = "rate"
 	FlagKeepAlive    = "keepalive"
 	FlagHold         = "hold"
@@ -110,6 +111,19 @@ type Config struct {
 	Observer string
 	// ObserverOptions configure it (URLs, interval, selectors, command).
 	ObserverOptions upstream.Options
+
+	// DNS adds a headless Service over the probe pods and times the cluster
+	// DNS's answers for its name (--dns): dns_last_present and dns_removed,
+	// beside whatever the observer sees. DNSOptions name the servers
+	// (--dns-server; none: the kube-dns pods through port-forward), the
+	// name (--dns-name; "": the headless Service's name under
+	// ClusterDomain) and the interval (--dns-interval; 0: the observer's).
+	// Port is set by the run.
+	DNS        bool
+	DNSOptions upstream.DNSOptions
+	// ClusterDomain is the cluster's DNS domain (--cluster-domain); ""
+	// means cluster.local, the kubelet's and kubeadm's default.
+	ClusterDomain string
 
 	Rate      float64
 	KeepAlive bool
@@ -232,6 +246,12 @@ func (c *Config) Validate() error {
 		add("--%s is required: the ingress as reachable from here, e.g. http://127.0.0.1:9090", FlagURL)
 	} else if c.URL.Scheme != "http" && c.URL.Scheme != "https" || c.URL.Host == "" {
 		add("--%s %q: want an http:// or https:// URL with a host", FlagURL, c.URL)
+	}
+	if !c.DNS && (len(c.DNSOptions.Servers) > 0 || c.DNSOptions.Name != "") {
+		add("--%s and --%s need --%s", upstream.FlagDNSServer, upstream.FlagDNSName, FlagDNS)
+	}
+	if c.DNSOptions.Interval < 0 {
+		add("--%s (%s) must not be negative", upstream.FlagDNSInterval, c.DNSOptions.Interval)
 	}
 	if m := c.LoadMethod; m != "" && m != "GET" && m != "POST" {
 		add("--%s %q: want GET or POST", FlagLoadMethod, m)

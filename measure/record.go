@@ -28,6 +28,9 @@ type trialInput struct {
 	watch     trialWatch
 	observer  string // "" or upstream.KindNone when there is none
 	removals  []upstream.Removal
+	// dns is set with --dns; dnsRemovals are the DNS servers' accounts.
+	dns         bool
+	dnsRemovals []upstream.Removal
 	// timeline is the probe's own record, from its termination message or
 	// the last read through the pod proxy (timelineSource says which).
 	timeline       *probe.Timeline
@@ -111,22 +114,17 @@ func buildRecord(in trialInput) *results.Record {
 		if len(in.removals) == 0 {
 			fault(results.ReasonObserverBlind, "the %s observer never listed %s: its removal cannot be timed", in.observer, in.addr)
 		}
-		for _, rm := range in.removals {
-			after, notAfter := rm.Bracket()
-			add(results.StageUpstreamLastSeen, rm.Key(), rm.LastPresent.At, rm.Resolution, results.ClockTool)
-			if rm.Done() {
-				add(results.StageUpstreamRemoved, rm.Key(), rm.Removed.At, notAfter.Sub(after), results.ClockTool)
-			}
-			if why := rm.Invalid(); why != "" {
-				code := results.ReasonObserverBlind
-				if rm.Blind == 0 {
-					// Readable to the end and still listing the address:
-					// the trial ended (at the hold) before the removal.
-					code = results.ReasonUpstreamListed
-				}
-				reasons = append(reasons, results.Reason{Code: code, Detail: why})
-			}
+		addRemovals(in.removals, results.StageUpstreamLastSeen, results.StageUpstreamRemoved,
+			results.ReasonObserverBlind, results.ReasonUpstreamListed, add, &reasons)
+	}
+	// DNSLastPresent / DNSRemoved: the DNS servers' answers, polled like an
+	// observer, with the same bracket.
+	if in.dns {
+		if len(in.dnsRemovals) == 0 {
+			fault(results.ReasonDNSBlind, "no DNS server ever answered %s for the headless name: its removal cannot be timed", in.addr)
 		}
+		addRemovals(in.dnsRemovals, results.StageDNSLastPresent, results.StageDNSRemoved,
+			results.ReasonDNSBlind, results.ReasonDNSListed, add, &reasons)
 	}
 
 	// ClientLastRouted: the load generator's last response from this pod, tool clock, ms.
@@ -186,4 +184,26 @@ func buildRecord(in trialInput) *results.Record {
 	rec.Reasons = reasons
 	rec.Valid = len(reasons) == 0
 	return rec
+}
+
+// addRemovals records each replica's last-present and removed stages and,
+// for a removal that cannot be trusted, a reason: blind when a poll in the
+// bracket could not be read, listed when the replica still held the
+// address at its last readable poll (the trial ended, at the hold, first).
+func addRemovals(rms []upstream.Removal, lastPresent, removed, blind, listed string,
+	add func(name, key string, at time.Time, unc time.Duration, clk results.Clock), reasons *[]results.Reason) {
+	for _, rm := range rms {
+		after, notAfter := rm.Bracket()
+		add(lastPresent, rm.Key(), rm.LastPresent.At, rm.Resolution, results.ClockTool)
+		if rm.Done() {
+			add(removed, rm.Key(), rm.Removed.At, notAfter.Sub(after), results.ClockTool)
+		}
+		if why := rm.Invalid(); why != "" {
+			code := blind
+			if rm.Blind == 0 {
+				code = listed
+			}
+			*reasons = append(*reasons, results.Reason{Code: code, Detail: why})
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,17 +54,21 @@ type Progress struct {
 
 // runner is one run's state.
 type runner struct {
-	cfg       Config
-	ns        string
-	runID     string
-	made      created
-	wl        *deploy.Workload
-	watch     *watcher
-	obs       upstream.Observer
-	choice    upstream.Choice
-	tracker   *upstream.Tracker
-	heartbeat *heartbeat
-	gen       *load.Generator
+	cfg     Config
+	ns      string
+	runID   string
+	made    created
+	wl      *deploy.Workload
+	watch   *watcher
+	obs     upstream.Observer
+	choice  upstream.Choice
+	tracker *upstream.Tracker
+	// dns and dnsTracker time the cluster DNS's answers for the headless
+	// Service (--dns); nil without.
+	dns        upstream.Observer
+	dnsTracker *upstream.Tracker
+	heartbeat  *heartbeat
+	gen        *load.Generator
 	// streams holds --streams streams (nil without).
 	streams  *load.StreamHolder
 	probes   probeAPI
@@ -132,6 +137,7 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		ClockOffset: cfg.ProbeClockOffset, RunID: r.runID,
 		ListenDelay: cfg.ProbeListenDelay, NoReadiness: cfg.NoReadiness,
 	}
+	r.params.Headless = cfg.DNS
 	if cfg.Streams.N > 0 {
 		r.params.StreamDrain = cfg.Streams.Drain.String()
 		r.params.H2C = cfg.Streams.Protocol == load.ProtocolGRPC
@@ -179,6 +185,13 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		return fmt.Errorf("--%s %s: %w", FlagObserver, r.choice.Kind, err)
 	}
 	r.report(Progress{Phase: "setup", Message: "observer " + r.choice.String()})
+	if cfg.DNS {
+		closeDNS, err := r.buildDNS(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeDNS()
+	}
 
 	if r.ownNamespace() {
 		r.report(Progress{Phase: "setup", Message: "creating namespace " + r.ns})
@@ -279,6 +292,11 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 	r.tracker = upstream.NewTracker(obs, cfg.Clock, 0)
 	r.tracker.SetNotify(func(msg string) { r.report(Progress{Phase: "observer", Message: msg}) })
 	g.Go(func() error { return r.tracker.Run(ctx) })
+	if r.dns != nil {
+		r.dnsTracker = upstream.NewTracker(r.dns, cfg.Clock, 0)
+		r.dnsTracker.SetNotify(func(msg string) { r.report(Progress{Phase: "observer", Message: msg}) })
+		g.Go(func() error { return r.dnsTracker.Run(ctx) })
+	}
 
 	gen, err := load.New(load.Config{URL: cfg.URL.String(), Host: cfg.Host, Rate: cfg.Rate, KeepAlive: cfg.KeepAlive,
 		Timeout: cfg.LoadTimeout, MaxConns: cfg.LoadMaxConns, Method: cfg.LoadMethod}, cfg.Clock)
@@ -316,6 +334,9 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 	h.Ingress.Controller, h.Ingress.Version, h.Ingress.VersionNote = controllerOf(choice, version)
 	if obs.Name() != upstream.KindNone {
 		h.Observers = []results.Observer{headerObserver(obs, r.tracker.Stats(), obs.Settings(ctx))}
+	}
+	if r.dnsTracker != nil {
+		h.Observers = append(h.Observers, headerObserver(r.dns, r.dnsTracker.Stats(), r.dns.Settings(ctx)))
 	}
 	if cfg.KubeProxyMetrics != "" {
 		kp := ReadKubeProxy(ctx, &http.Client{Transport: &http.Transport{Proxy: nil}}, cfg.KubeProxyMetrics)
@@ -371,4 +392,35 @@ func controllerOf(choice upstream.Choice, version string) (controller, ver, note
 		note = upstream.VersionNote(choice.Kind)
 	}
 	return controller, version, note
+}
+
+// buildDNS builds the DNS observer of --dns and asks its servers once,
+// before anything is created: a wrong --dns-server or a DNS that does not
+// answer fails the run with nothing to undo. The returned function closes
+// it (its port-forwards).
+func (r *runner) buildDNS(ctx context.Context) (func(), error) {
+	cfg := r.cfg
+	opts := cfg.DNSOptions
+	if opts.Name == "" {
+		opts.Name = upstream.DNSName(r.wl.Headless.Name, r.ns, cfg.ClusterDomain)
+	}
+	if opts.Interval == 0 {
+		opts.Interval = cfg.ObserverOptions.Interval
+	}
+	opts.Port = uint16(r.wl.Headless.Spec.Ports[0].TargetPort.IntValue())
+	obs, err := upstream.NewDNS(upstream.Deps{Client: cfg.Client, Config: cfg.RESTConfig, Clock: cfg.Clock}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", FlagDNS, err)
+	}
+	if err := upstream.PreflightDNS(ctx, obs); err != nil {
+		_ = obs.Close()
+		return nil, fmt.Errorf("--%s: %w", FlagDNS, err)
+	}
+	r.dns = obs
+	where := "the kube-dns pods (" + upstream.DNSNamespace + ", " + upstream.DNSSelector + ")"
+	if len(opts.Servers) > 0 {
+		where = strings.Join(opts.Servers, ", ")
+	}
+	r.report(Progress{Phase: "setup", Message: "DNS observer: " + opts.Name + " at " + where})
+	return sync.OnceFunc(func() { _ = obs.Close() }), nil
 }

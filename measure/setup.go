@@ -45,6 +45,8 @@ const createTimeout = 30 * time.Second
 type created struct {
 	// ingress or httproute, by the run's route.
 	service, deployment, ingress, httproute types.UID
+	// headless is the headless Service of --dns.
+	headless types.UID
 	// runners is the in-cluster runners' Deployment.
 	runners types.UID
 }
@@ -86,6 +88,13 @@ func (r *runner) create(ctx context.Context) (err error) {
 		return uidOf(s, err)
 	}); err != nil {
 		return err
+	}
+	if h := r.wl.Headless; h != nil {
+		if r.made.headless, err = call("service "+r.ns+"/"+h.Name+" (headless, for --"+FlagDNS+")", func(ctx context.Context) (types.UID, error) {
+			return uidOf(c.CoreV1().Services(r.ns).Create(ctx, h, metav1.CreateOptions{}))
+		}); err != nil {
+			return err
+		}
 	}
 	if r.made.deployment, err = call("deployment "+r.ns+"/"+name, func(ctx context.Context) (types.UID, error) {
 		return uidOf(c.AppsV1().Deployments(r.ns).Create(ctx, r.wl.Deployment, metav1.CreateOptions{}))
@@ -154,6 +163,9 @@ func (r *runner) cleanup() error {
 		if r.runnerDep != nil {
 			what += " and the runners' deployment " + r.runnerDep.Name
 		}
+		if r.wl.Headless != nil {
+			what += " and the headless service " + r.wl.Headless.Name
+		}
 	}
 	if r.cfg.Keep {
 		r.report(Progress{Phase: "cleanup", Message: "keeping " + what + " (--keep)"})
@@ -217,11 +229,12 @@ func (r *runner) deleteObjects(ctx context.Context) error {
 		return o
 	}
 	var errs []error
-	gone := func(kind string, err error) {
+	goneNamed := func(kind, name string, err error) {
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("clean up: delete %s %s/%s (delete it by hand: kubectl -n %s delete %s %s): %w", kind, r.ns, name, r.ns, kind, name, err))
 		}
 	}
+	gone := func(kind string, err error) { goneNamed(kind, name, err) }
 	// The Deployment first, so that its ReplicaSet (removed by the garbage
 	// collector) stops replacing the pods released below.
 	gone("deployment", c.AppsV1().Deployments(r.ns).Delete(ctx, name, opts(r.made.deployment)))
@@ -234,6 +247,9 @@ func (r *runner) deleteObjects(ctx context.Context) error {
 		gone("ingress", c.NetworkingV1().Ingresses(r.ns).Delete(ctx, name, opts(r.made.ingress)))
 	}
 	gone("service", c.CoreV1().Services(r.ns).Delete(ctx, name, opts(r.made.service)))
+	if h := r.wl.Headless; h != nil {
+		goneNamed("service", h.Name, c.CoreV1().Services(r.ns).Delete(ctx, h.Name, opts(r.made.headless)))
+	}
 	// Pods the ReplicaSet creates before the garbage collector removes it
 	// are released on a later pass.
 	seen := map[types.UID]bool{}

@@ -105,5 +105,10 @@ func (r *runner) steadyState(since time.Time) string {
 	if ok, why := r.tracker.Steady(addrs); !ok {
 		return why
 	}
+	if r.dnsTracker != nil {
+		if ok, why := r.dnsTracker.Steady(addrs); !ok {
+			return why
+		}
+	}
 	return ""
 }

@@ -245,6 +245,11 @@ wait:
 	in.watch = r.watch.end(uid)
 	in.removals = r.tracker.Removals(addrPort)
 	r.tracker.Forget(addrPort)
+	if r.dnsTracker != nil {
+		in.dns = true
+		in.dnsRemovals = r.dnsTracker.Removals(addrPort)
+		r.dnsTracker.Forget(addrPort)
+	}
 	if termTL, term := terminationTimeline(in.watch.lastPod, probeContainer); termTL != nil {
 		in.timeline, in.timelineSource = termTL, "termination message"
 		in.exitByKubelet = term
@@ -324,6 +329,19 @@ func (r *runner) releaseState(in trialInput, uid types.UID, addr netip.AddrPort)
 		for _, rm := range r.tracker.Removals(addr) {
 			if rm.Removed.At.After(quietSince) {
 				quietSince = rm.Removed.At
+			}
+		}
+	}
+	// With --dns the probe is held until DNS stopped answering its address
+	// too: DNS clients may route to it until then.
+	if r.dnsTracker != nil && removed {
+		if gone, _ := r.dnsTracker.Gone(addr); !gone {
+			removed = false
+		} else {
+			for _, rm := range r.dnsTracker.Removals(addr) {
+				if rm.Removed.At.After(quietSince) {
+					quietSince = rm.Removed.At
+				}
 			}
 		}
 	}

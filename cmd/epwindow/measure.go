@@ -32,6 +32,7 @@ const (
 	flagEnvoyAdminPort      = upstream.FlagEnvoyAdminPort
 	flagEnvoyCluster        = upstream.FlagEnvoyCluster
 	flagUpstreamsCmd        = upstream.FlagUpstreamsCmd
+	flagClusterDomain       = "cluster-domain"
 	flagBaseline            = "baseline"
 	flagMaxP99              = "max-p99"
 	flagMaxRegression       = "max-regression"
@@ -105,7 +106,7 @@ func measureFlags() []cli.Flag {
 		&cli.DurationFlag{Name: measure.FlagMaxSkew, Value: 50 * time.Millisecond, Usage: "a trial whose probe clock is known less precisely is marked invalid", Category: "Trials"},
 		&cli.DurationFlag{Name: measure.FlagDrain, Value: 0, Usage: "longest request your app serves; added to the recommended grace period", Category: "Trials"},
 		&cli.StringFlag{Name: measure.FlagURL, Usage: "the ingress as reachable from here, e.g. http://127.0.0.1:9090 (required)", Category: "Ingress"},
-		&cli.StringFlag{Name: measure.FlagObserver, Value: upstream.KindAuto, Usage: "upstream observer: auto, skipper, nginx, traefik, envoy, cmd, none", Category: "Observer"},
+		&cli.StringFlag{Name: measure.FlagObserver, Value: upstream.KindAuto, Usage: "upstream observer: auto, skipper, nginx, traefik, envoy, cmd, none; dns is --dns with no other observer", Category: "Observer"},
 		&cli.StringSliceFlag{Name: flagObserverURL, Usage: "read the controller at this URL instead of port-forwarding to its pods (repeat per replica)", Category: "Observer"},
 		&cli.DurationFlag{Name: flagObserverInterval, Value: 500 * time.Millisecond, Usage: "observer poll interval: the resolution of upstream_removed", Category: "Observer"},
 		&cli.StringFlag{Name: flagControllerSelector, Usage: "label selector of the ingress controller pods", Category: "Observer"},
@@ -115,6 +116,11 @@ func measureFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagEnvoyCluster, Usage: "regular expression of the Envoy cluster names of the probe Service", Category: "Observer"},
 		&cli.BoolFlag{Name: measure.FlagStopOnBlind, Usage: "stop the run when an observed controller replica cannot be read (default: mark those trials invalid and go on)", Category: "Observer"},
 		&cli.StringFlag{Name: flagUpstreamsCmd, Usage: "command printing the upstream addresses (ip:port), one per line, for --observer cmd", Category: "Observer"},
+		&cli.BoolFlag{Name: measure.FlagDNS, Usage: "also create a headless Service over the probe pods and time the cluster DNS's answers for it (dns_removed); see docs/dns.md", Category: "DNS"},
+		&cli.StringSliceFlag{Name: upstream.FlagDNSServer, Usage: "DNS server to ask (host[:port], udp:// or tcp://; repeat per server); default: the kube-dns pods in kube-system through port-forward", Category: "DNS"},
+		&cli.StringFlag{Name: upstream.FlagDNSName, Usage: "name to resolve (default: the headless Service's, <name>-headless.<namespace>.svc.<cluster-domain>)", Category: "DNS"},
+		&cli.DurationFlag{Name: upstream.FlagDNSInterval, Usage: "DNS poll interval: the resolution of dns_removed (default: --observer-interval)", Category: "DNS"},
+		&cli.StringFlag{Name: flagClusterDomain, Value: "cluster.local", Usage: "the cluster's DNS domain (the kubelet's --cluster-domain)", Category: "DNS"},
 		&cli.Float64Flag{Name: measure.FlagRate, Value: 50, Usage: "load in requests per second through --url", Category: "Load"},
 		&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, as most 502 reports involve)", Category: "Load"},
 		&cli.IntFlag{Name: measure.FlagInClusterLoad, Usage: "also run this many load runners in the run's namespace, one per node, sending to the probe Service's ClusterIP (the kube-proxy path), timed as cluster_last_routed beside the ingress path; 0 = none", Category: "Load"},
@@ -187,6 +193,13 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		InClusterLoad:       c.Int(measure.FlagInClusterLoad),
 		InClusterRate:       c.Float64(measure.FlagInClusterRate),
 		KubeProxyMetrics:    c.String(measure.FlagKubeProxyMetrics),
+		DNS:                 c.Bool(measure.FlagDNS),
+		DNSOptions: upstream.DNSOptions{
+			Servers:  c.StringSlice(upstream.FlagDNSServer),
+			Name:     c.String(upstream.FlagDNSName),
+			Interval: c.Duration(upstream.FlagDNSInterval),
+		},
+		ClusterDomain: c.String(flagClusterDomain),
 		ObserverOptions: upstream.Options{
 			Interval:            c.Duration(flagObserverInterval),
 			URLs:                c.StringSlice(flagObserverURL),
@@ -201,6 +214,11 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		ToolVersion: version,
 		Flags:       givenFlags(c),
 		Clock:       clock.RealClock{},
+	}
+	if cfg.Observer == upstream.KindDNS {
+		// The DNS answer is the only consumer observed: no ingress
+		// controller is read.
+		cfg.Observer, cfg.DNS = upstream.KindNone, true
 	}
 	if cfg.Streams, err = streamOptions(c); err != nil {
 		return cfg, err

@@ -56,15 +56,19 @@ func (r Removal) Bracket() (after, notAfter time.Time) { return r.LastPresent.Se
 // (the removal could have happened at any of them), or no removal seen while
 // the replica was blind. A blind poll never counts as a removal.
 func (r Removal) Invalid() string {
+	what := "upstream"
+	if r.Observer == KindDNS {
+		what = "DNS server"
+	}
 	switch {
 	case r.Done() && r.Blind > 0:
-		return fmt.Sprintf("upstream %s was unreadable at %d poll(s) between last present (%s) and removed: the removal instant is not resolved to %s (%v)",
+		return fmt.Sprintf(what+" %s was unreadable at %d poll(s) between last present (%s) and removed: the removal instant is not resolved to %s (%v)",
 			r.Key(), r.Blind, r.LastPresent.At.Format(time.RFC3339Nano), r.Resolution, r.LastErr)
 	case !r.Done() && r.Blind > 0:
-		return fmt.Sprintf("upstream %s went unreadable after last listing the address at %s: its removal could not be seen (%v)",
+		return fmt.Sprintf(what+" %s went unreadable after last listing the address at %s: its removal could not be seen (%v)",
 			r.Key(), r.LastPresent.At.Format(time.RFC3339Nano), r.LastErr)
 	case !r.Done():
-		return fmt.Sprintf("upstream %s still listed the address at its last poll", r.Key())
+		return fmt.Sprintf(what+" %s still listed the address at its last poll", r.Key())
 	}
 	return ""
 }
