@@ -63,6 +63,13 @@ type Options struct {
 	// DNS runs CoreDNS as the cluster DNS (up --dns): kube-system/kube-dns
 	// at 10.96.0.10, in ClusterFirst pods' resolv.conf. It needs bin/coredns.
 	DNS bool
+	// DNSTTL is the kubernetes plugin's ttl (up --dns-ttl), DNSCache the
+	// cache plugin's cap (--dns-cache) and DNSCacheCluster lets the cache
+	// hold the cluster domain's answers too (--dns-cache-cluster); zero
+	// values leave up's defaults (kubeadm's Corefile).
+	DNSTTL          time.Duration
+	DNSCache        time.Duration
+	DNSCacheCluster bool
 }
 
 // args is up's command line for o (defaults applied).
@@ -97,6 +104,15 @@ func (o Options) args(dir string) []string {
 	}
 	if o.DNS {
 		args = append(args, "--dns")
+	}
+	if o.DNSTTL != 0 {
+		args = append(args, "--dns-ttl", o.DNSTTL.String())
+	}
+	if o.DNSCache != 0 {
+		args = append(args, "--dns-cache", o.DNSCache.String())
+	}
+	if o.DNSCacheCluster {
+		args = append(args, "--dns-cache-cluster")
 	}
 	return args
 }
