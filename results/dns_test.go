@@ -1,6 +1,7 @@
 package results
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -38,5 +39,70 @@ func TestDNSReasonsInvalidateOnlyDNSStages(t *testing.T) {
 		if d, ok := rec.Between(StageSliceNotReady, StageDNSRemoved); !ok || d != 860*time.Millisecond {
 			t.Errorf("slice_not_ready→dns_removed = %v, %v", d, ok)
 		}
+	}
+}
+
+// With --dns, the recommendation covers the headless Service's DNS
+// clients: dns_removed − prestop_called, bounded like the window, plus the
+// TTL a client may keep its last answer, plus the margin; it raises the
+// preStop when that is longer, and says so.
+func TestRecommendationCoversDNSClients(t *testing.T) {
+	ms := time.Millisecond
+	dnsHeader := func(ttl string) *Header {
+		return &Header{Observers: []Observer{{Name: DNSObserver, ResolutionNS: int64(100 * ms), Settings: map[string]string{"ttl": ttl}}}}
+	}
+	recs := func() []*Record {
+		var out []*Record
+		for i := range 10 {
+			// Window 1.0–1.9 s after the preStop call at 50 ms; DNS
+			// dropped the address 60–150 ms after T0.
+			r := trial(i+1, 50*ms, 50*ms+time.Second+time.Duration(i)*100*ms)
+			r.Stages = append(r.Stages, st(StageDNSRemoved, "dns/a", 60*ms+time.Duration(i)*10*ms))
+			out = append(out, r)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name           string
+		h              *Header
+		prestop, grace int64
+		raised         bool
+		ttl            time.Duration
+	}{
+		// U(dns) = 150 − 50 = 100 ms; + 7 s + 1 s margin = 8.1 s → 9 s,
+		// above the window's ⌈1.9 + 1⌉ = 3 s.
+		{"ttl 7s raises it", dnsHeader("7s"), 9, 14, true, 7 * time.Second},
+		// 0.1 + 1 + 1 = 2.1 → 3 s, not above 3 s.
+		{"ttl 1s does not", dnsHeader("1s"), 3, 8, false, time.Second},
+	} {
+		s := NewSummary(tc.h, Options{})
+		for _, r := range recs() {
+			s.Add(r)
+		}
+		s.Close()
+		r := s.Doc().Recommendation
+		if r == nil || r.DNS == nil {
+			t.Fatalf("%s: recommendation %+v, want one with DNS", tc.name, r)
+		}
+		if r.PreStopSeconds != tc.prestop || r.GraceSeconds != tc.grace || r.DNS.Raised != tc.raised {
+			t.Errorf("%s: preStop %d grace %d raised %v, want %d %d %v", tc.name, r.PreStopSeconds, r.GraceSeconds, r.DNS.Raised, tc.prestop, tc.grace, tc.raised)
+		}
+		if r.DNS.CoverNS != int64(100*ms) || r.DNS.TTLNS != int64(tc.ttl) || r.DNS.N != 10 {
+			t.Errorf("%s: DNS %+v", tc.name, r.DNS)
+		}
+		f := strings.Join(r.Formula(), "\n")
+		if !strings.Contains(f, "DNS clients that honour the TTL") || strings.Contains(f, "raises the preStop") != tc.raised {
+			t.Errorf("%s: formula:\n%s", tc.name, f)
+		}
+	}
+	// Without a DNS observer in the header (or no TTL seen) there is no DNS
+	// line: the TTL is not guessed.
+	s := NewSummary(&Header{}, Options{})
+	for _, r := range recs() {
+		s.Add(r)
+	}
+	s.Close()
+	if r := s.Doc().Recommendation; r == nil || r.DNS != nil || r.PreStopSeconds != 3 {
+		t.Errorf("no DNS observer: %+v", r)
 	}
 }

@@ -113,6 +113,27 @@ type Observer struct {
 	BytesPerMinute float64 `json:"bytes_per_minute,omitempty"`
 }
 
+// DNSObserver names the header's DNS observer (measure --dns), whose
+// settings carry the TTL its answers had.
+const DNSObserver = "dns"
+
+// DNSTTL is the longest TTL the run's DNS answers carried (the dns
+// observer's "ttl" setting); ok is false without --dns or when no answer
+// held a record.
+func (h *Header) DNSTTL() (ttl time.Duration, ok bool) {
+	if h == nil {
+		return 0, false
+	}
+	for _, o := range h.Observers {
+		if o.Name != DNSObserver {
+			continue
+		}
+		d, err := time.ParseDuration(o.Settings["ttl"])
+		return d, err == nil && d >= 0
+	}
+	return 0, false
+}
+
 // Resolution is how finely the observer's readings resolve a change.
 func (o Observer) Resolution() time.Duration { return time.Duration(o.ResolutionNS) }
 

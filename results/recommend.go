@@ -43,6 +43,31 @@ type Recommendation struct {
 	DeregistrationDelayNS int64 `json:"deregistration_delay_ns,omitempty"`
 	// GraceSeconds is the terminationGracePeriodSeconds to configure.
 	GraceSeconds int64 `json:"termination_grace_period_seconds"`
+	// DNS is what DNS clients of a headless Service need (measure --dns),
+	// when the run timed dns_removed and saw a TTL; PreStopSeconds covers
+	// it too (additive within schema 2).
+	DNS *DNSCover `json:"dns,omitempty"`
+}
+
+// DNSCover is the preStop a headless Service's DNS clients need: the
+// cluster DNS stops answering the address at dns_removed, and a client
+// that resolved just before may use its answer for one TTL more, so the
+// last new connection to the pod comes by dns_removed + TTL — for clients
+// that honour the TTL and connect anew after re-resolving. A client that
+// re-resolves only when a connection drops (grpc-go's dns resolver) is
+// ended by its connections, not by DNS: docs/dns.md.
+type DNSCover struct {
+	// N trials timed both dns_removed and the basis; Bound is the upper
+	// confidence bound of (dns_removed − basis), CoverNS its value.
+	N       int   `json:"n"`
+	Bound   Bound `json:"bound"`
+	CoverNS int64 `json:"cover_ns"`
+	// TTLNS is the longest TTL the DNS answers carried (the header's).
+	TTLNS int64 `json:"ttl_ns"`
+	// PreStopSeconds is ⌈U + TTL + margin⌉; Raised tells that it raised
+	// the recommendation's preStop.
+	PreStopSeconds int64 `json:"prestop_seconds"`
+	Raised         bool  `json:"raised,omitempty"`
 }
 
 // LowerBound reports whether the recommendation is only a floor: its bound
@@ -144,6 +169,17 @@ func (s *Summary) recommend() *Recommendation {
 		}
 	}
 	r.PreStopSeconds = ceilSeconds(max(time.Duration(r.CoverNS), 0) + time.Duration(r.MarginNS))
+	if y := s.samples[metricDNSCover]; y.n() > 0 {
+		if ttl, ok := s.Header.DNSTTL(); ok {
+			db, _ := newBound(y, o.Quantile, o.Confidence)
+			dc := &DNSCover{N: y.n(), Bound: db, CoverNS: db.NS, TTLNS: int64(ttl)}
+			dc.PreStopSeconds = ceilSeconds(max(time.Duration(db.NS), 0) + ttl + time.Duration(r.MarginNS))
+			if dc.PreStopSeconds > r.PreStopSeconds {
+				r.PreStopSeconds, dc.Raised = dc.PreStopSeconds, true
+			}
+			r.DNS = dc
+		}
+	}
 	if dd := o.DeregistrationDelay; dd > 0 {
 		r.DeregistrationDelayNS = int64(dd)
 		if r.PreStop() <= dd {
@@ -172,6 +208,15 @@ func (r *Recommendation) Formula() []string {
 		fmt.Sprintf("preStop ≥ U(traffic end − %s) + margin = %s%s + %s = %s%s → %s%ds",
 			basis, ge, fmtDur(r.CoverNS), fmtDur(r.MarginNS), ge, fmtDur(int64(need)), ge, ceilSeconds(need)),
 		"U: " + r.Bound.Claim(),
+	}
+	if d := r.DNS; d != nil {
+		dneed := max(time.Duration(d.CoverNS), 0) + time.Duration(d.TTLNS) + time.Duration(r.MarginNS)
+		l := fmt.Sprintf("DNS clients that honour the TTL: preStop ≥ U(dns_removed − %s) + TTL + margin = %s + %s + %s = %s → %ds",
+			basis, fmtDur(d.CoverNS), fmtDur(d.TTLNS), fmtDur(r.MarginNS), fmtDur(int64(dneed)), d.PreStopSeconds)
+		if d.Raised {
+			l += fmt.Sprintf(" (raises the preStop from %s%ds)", ge, ceilSeconds(need))
+		}
+		lines = append(lines, l, "U(dns_removed): "+d.Bound.Claim())
 	}
 	if r.DeregistrationDelayNS > 0 {
 		l := fmt.Sprintf("deregistration_delay < preStop: %s < preStop → %s%ds", fmtDur(r.DeregistrationDelayNS), ge, r.PreStopSeconds)
@@ -212,6 +257,9 @@ func (s *Summary) Caveats() []string {
 		}
 		out = append(out, fmt.Sprintf("U is distribution-free (order statistics, exact binomial): it holds whatever shape the windows have. The margin (%s, %s) covers what a bound of trials cannot: the stamps' resolution and changes of the cluster since the run.",
 			fmtDur(r.MarginNS), r.MarginFrom))
+		if r.DNS != nil {
+			out = append(out, "The DNS line holds for clients that re-resolve when the TTL runs out and connect anew: one that re-resolves only when a connection drops (grpc-go's dns resolver) or keeps connections open stops reaching the pod when those connections close, which DNS does not bound (docs/dns.md).")
+		}
 	} else {
 		out = append(out, "No trial with valid probe-clock stages recorded both the traffic end and a termination signal (prestop_called or sigterm): no recommendation.")
 	}

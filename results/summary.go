@@ -176,6 +176,13 @@ func (s *Summary) Close() {
 			if from != StagePrestopCalled {
 				s.fallback++
 			}
+			// The DNS path from the same basis: dns_removed is not cut by
+			// the hold (a server still answering then is dns_listed).
+			if r.PointValid(StageDNSRemoved) {
+				if v, ok := r.Between(from, StageDNSRemoved); ok {
+					s.add(metricDNSCover, r.Trial, v, false)
+				}
+			}
 		}
 		s.addStartup(r)
 	}
@@ -234,6 +241,10 @@ func AddCounts(into, m map[string]int) map[string]int {
 // metricCover is the per-trial traffic end − termination start (preStop, or
 // SIGTERM without one) the recommendation covers.
 const metricCover = "cover"
+
+// metricDNSCover is the per-trial dns_removed − the same basis as
+// metricCover (measure --dns).
+const metricDNSCover = "dns_cover"
 
 func (s *Summary) add(metric string, trial int, v time.Duration, censored bool) {
 	smp := s.samples[metric]
