@@ -27,7 +27,7 @@ func policyCommand() *cli.Command {
 bare Pod to the same number as lint (--from or --prestop/--drain/--headroom). Each refusal names the
 rule and the fix. --action Deny refuses, Warn admits with a warning, Audit records in the audit log
 (Warn,Audit combines). The binding applies to namespaces matching --namespace-selector (default:
-every namespace but kube-system). Rules that need several objects (EPW009, EPW010) and annotation
+every namespace but kube-system). Rules that need several objects (EPW009, EPW010, EPW012) and annotation
 syntax (EPW011) are lint-only.`,
 		Flags: append(numberFlags(),
 			&cli.StringFlag{Name: flagAction, Value: "Deny", Usage: "Deny, Warn or Audit (the binding's validationActions; Warn,Audit to combine)"},
