@@ -162,7 +162,9 @@ func (o *dnsObserver) Close() error              { return o.src.close() }
 // Corefile), or what a cache plugin clamped it to (plugin/cache/cache.go,
 // computeTTL: into [5 s, its cap]). A cache answers with the time its copy
 // has left, so shorter TTLs are seen too: "ttl_seen" gives their range
-// then, and says that a cache held the answers.
+// then, and says that a cache held the answers. Settings are read when the
+// results header is written, after the polls of the steady-state wait:
+// the absence of ttl_seen does not prove there is no cache.
 func (o *dnsObserver) Settings(context.Context) map[string]string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
