@@ -410,10 +410,14 @@ func (r *runner) buildDNS(ctx context.Context) (func(), error) {
 	opts.Port = uint16(r.wl.Headless.Spec.Ports[0].TargetPort.IntValue())
 	obs, err := upstream.NewDNS(upstream.Deps{Client: cfg.Client, Config: cfg.RESTConfig, Clock: cfg.Clock}, opts)
 	if err != nil {
-		return nil, fmt.Errorf("--%s: %w", FlagDNS, err)
+		// Bad input (the error names the flag): the CLI exits 2.
+		return nil, &FlagError{Flag: FlagDNS, Err: err}
 	}
 	if err := upstream.PreflightDNS(ctx, obs); err != nil {
 		_ = obs.Close()
+		if len(opts.Servers) > 0 {
+			return nil, &FlagError{Flag: upstream.FlagDNSServer, Value: strings.Join(opts.Servers, ","), Err: err}
+		}
 		return nil, fmt.Errorf("--%s: %w", FlagDNS, err)
 	}
 	r.dns = obs

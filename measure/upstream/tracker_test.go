@@ -314,3 +314,12 @@ func TestTrackerWaitFor(t *testing.T) {
 		t.Errorf("cancelled WaitFor: %v", err)
 	}
 }
+
+// With no observer (--observer none, or --observer dns) the tracker never
+// polls, and must not hold the run in "no poll yet" forever: it is steady.
+func TestTrackerSteadyWithoutObserver(t *testing.T) {
+	tr := NewTracker(noneObserver{}, nil, 0)
+	if ok, why := tr.Steady([]netip.AddrPort{netip.MustParseAddrPort("10.244.0.5:8080")}); !ok {
+		t.Errorf("Steady with no observer = false (%s), want true", why)
+	}
+}
