@@ -1,11 +1,18 @@
 package dns
 
 import (
+	"bytes"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
+	"github.com/epwindow/epwindow/results"
 )
 
 var cluster *localcluster.Cluster
@@ -42,4 +49,54 @@ func TestDNSRemovedFollowsTheSlice(t *testing.T) {
 	}
 	delays := CheckDelays(t, cluster, sink.Records, -Slack, Interval+Slack)
 	t.Logf("slice_not_ready→dns_removed: %v", delays)
+}
+
+// The command line: --observer dns with the DNS server by address times
+// dns_removed, the report shows it beside the other stages and covers DNS
+// clients in its recommendation; a DNS server that does not answer is bad
+// input (exit 2) found before anything is created. Two trials: this checks
+// the wiring, not the number.
+func TestCLIObserverDNS(t *testing.T) {
+	bin := e2etest.Bin(t)
+	dir := t.TempDir()
+	base := []string{"measure", "--kubeconfig", cluster.Kubeconfig, "--url", cluster.IngressURL, "--ingress-class", "skipper",
+		"--quiet-period", "2s", "--rate", "100", "--observer", "dns", "--dns-interval", Interval.String()}
+
+	// A UDP port nothing listens on: refused at once, or no answer.
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := pc.LocalAddr().String()
+	pc.Close()
+	cmd := exec.Command(bin, append(base, "--dns-server", dead, "--out", filepath.Join(dir, "bad.jsonl"))...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if code := e2etest.ExitCode(err); code != 2 || !strings.Contains(stderr.String(), "--dns-server "+dead) {
+		t.Errorf("DNS server not answering: exit %d, want 2 naming --dns-server %s; stderr:\n%s", code, dead, stderr.String())
+	}
+	if left := e2etest.RunLeftovers(t, cluster.Client, ""); len(left) > 0 {
+		t.Errorf("a run refused before it started left %v", left)
+	}
+
+	out := filepath.Join(dir, "r.jsonl")
+	log, err := exec.Command(bin, append(base, "--dns-server", cluster.DNSDirect, "--trials", "2", "--out", out)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("measure --observer dns: %v; output:\n%s", err, log)
+	}
+	report, err := exec.Command(bin, "report", out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, report)
+	}
+	for _, l := range strings.Split(string(report), "\n") {
+		if strings.Contains(l, "preStop") || strings.Contains(l, "dns_removed") {
+			t.Log(l)
+		}
+	}
+	for _, want := range []string{results.StageDNSRemoved, "slice_not_ready→dns_removed", "DNS clients that honour the TTL", "+ " + fmt.Sprintf("%.3fs", ttl.Seconds())} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
 }
