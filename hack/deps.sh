@@ -47,6 +47,9 @@ command -v nft >/dev/null || pkgs+=(nftables)
 command -v iptables-restore >/dev/null || pkgs+=(iptables)
 # promtool checks the alert rules epwindow ships (deploy/monitoring).
 command -v promtool >/dev/null || pkgs+=(prometheus)
+# HAProxy resolves the probe's headless Service through CoreDNS
+# (server-template + resolvers): the DNS path's consumer in the tests.
+command -v haproxy >/dev/null || pkgs+=(haproxy)
 [ -z "$(missing_plugins)" ] || [ -x "$CNI_PKG_DIR/bridge" ] || pkgs+=("$CNI_PKG")
 
 if [ ${#pkgs[@]} -gt 0 ]; then

@@ -31,7 +31,7 @@ const (
 )
 
 // Kinds lists every --observer value.
-var Kinds = []string{KindAuto, KindSkipper, KindNginx, KindTraefik, KindEnvoy, KindCmd, KindNone}
+var Kinds = []string{KindAuto, KindSkipper, KindNginx, KindTraefik, KindEnvoy, KindHAProxy, KindCmd, KindNone}
 
 // Flag names of the observer settings; errors name them so a user knows what
 // to change. The measure command registers them.
@@ -129,6 +129,9 @@ type Options struct {
 	EnvoyCluster string
 	// Command prints the upstream addresses, one a line (--upstreams-cmd).
 	Command string
+	// HAProxyBackend is the backend whose servers the haproxy observer
+	// reads (--haproxy-backend); "" reads every backend.
+	HAProxyBackend string
 }
 
 // Choice says which observer was built and why.
@@ -158,6 +161,8 @@ func ControllerName(kind string) string {
 		return "traefik"
 	case KindEnvoy:
 		return "envoy"
+	case KindHAProxy:
+		return "haproxy"
 	}
 	return ""
 }
@@ -172,7 +177,7 @@ func VersionNote(kind string) string {
 	switch kind {
 	case KindSkipper:
 		return "not exposed"
-	case KindNginx, KindTraefik, KindEnvoy:
+	case KindNginx, KindTraefik, KindEnvoy, KindHAProxy:
 		return "not read"
 	}
 	return ""
@@ -292,6 +297,8 @@ func build(choice Choice, deps Deps, t Target, opts Options) (Observer, error) {
 			return nil, fmt.Errorf("--%s %s needs --%s: a command printing the upstream addresses, one ip:port a line", FlagObserver, KindCmd, FlagUpstreamsCmd)
 		}
 		return &cmdObserver{command: opts.Command, timeout: opts.Timeout, interval: opts.Interval, clock: deps.Clock}, nil
+	case KindHAProxy:
+		return newHAProxy(deps, opts, opts.HAProxyBackend)
 	case KindSkipper:
 		// limit: the table is served in pages of 1024 by default
 		// (defaultRouteListingLimit in routing/routing.go). Skipper's

@@ -232,7 +232,7 @@ func TestNewErrorsNameTheFlag(t *testing.T) {
 		want       []string
 	}{
 		{"cmd without a command", KindCmd, Options{}, []string{"--upstreams-cmd"}},
-		{"unknown kind", "haproxy", Options{}, []string{"--observer", "skipper, nginx"}},
+		{"unknown kind", "haproxy-ingress", Options{}, []string{"--observer", "skipper, nginx"}},
 		{"envoy of an unknown controller", KindEnvoy, Options{}, []string{"--controller-selector", "--envoy-admin-port", "--observer-url"}},
 		{"bad cluster pattern", KindEnvoy, Options{URLs: []string{"http://127.0.0.1:1"}, EnvoyCluster: "("}, []string{"--envoy-cluster"}},
 		{"bad selector", KindNginx, Options{ControllerSelector: "a in (("}, []string{"--controller-selector"}},
