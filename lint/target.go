@@ -25,8 +25,13 @@ type Target struct {
 }
 
 // FromRecommendation is the number a measure run recommends: its preStop
-// and the drain and headroom its grace period was computed with.
+// and the drain and headroom its grace period was computed with. When the
+// run timed the DNS path (measure --dns) and that raised the preStop, From
+// says so: a workload held to it is held to its DNS clients' bound.
 func FromRecommendation(r *results.Recommendation, from string) Target {
+	if r.DNS != nil && r.DNS.Raised {
+		from += fmt.Sprintf(", raised for DNS clients: dns_removed + TTL %s", time.Duration(r.DNS.TTLNS))
+	}
 	return Target{
 		PreStop:  r.PreStop(),
 		Drain:    time.Duration(r.DrainNS),
