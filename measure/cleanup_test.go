@@ -213,3 +213,25 @@ func TestCleanupSharedNamespaceDeletesOnlyTheRunsObjects(t *testing.T) {
 		t.Errorf("deleted the shared namespace")
 	}
 }
+
+// With --dns in a shared namespace, the headless Service goes too, by its
+// own name and the UID its create returned.
+func TestCleanupSharedNamespaceDeletesTheHeadlessService(t *testing.T) {
+	r, cs, clk, _ := cleanupRunner(t, "team-a", true)
+	r.wl.Headless = r.wl.Service.DeepCopy()
+	r.wl.Headless.Name = deploy.HeadlessName(r.wl.Service.Name)
+	r.made = created{service: "svc-uid", deployment: "dep-uid", ingress: "ing-uid", headless: "hl-uid"}
+	if _, err := runCleanup(t, r, clk); err != nil {
+		t.Fatalf("cleanup: %v", err)
+	}
+	d := deletes(cs, "services")
+	names := map[string]types.UID{}
+	for _, x := range d {
+		if x.DeleteOptions.Preconditions != nil {
+			names[x.Name] = *x.DeleteOptions.Preconditions.UID
+		}
+	}
+	if len(d) != 2 || names["epwindow-abc123"] != "svc-uid" || names["epwindow-abc123-headless"] != "hl-uid" {
+		t.Errorf("service deletes %+v, want the Service and its headless twin under their UIDs", d)
+	}
+}
