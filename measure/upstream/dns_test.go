@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // zone is what the test DNS server answers for one name: its addresses
@@ -280,5 +283,37 @@ func TestDNSOptionsErrors(t *testing.T) {
 	}
 	if got := DNSName("probe", "ns", ""); got != "probe.ns.svc.cluster.local" {
 		t.Errorf("DNSName = %q", got)
+	}
+}
+
+// Without --dns-server the DNS replicas are the kube-dns pods of
+// kube-system, each reached over TCP through its own port-forward; none
+// running is an error that names --dns-server, and so is a failed
+// port-forward (here: no API server), as a blind reading.
+func TestDNSObserverFindsTheKubeDNSPods(t *testing.T) {
+	pod := func(name string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: DNSNamespace, Name: name, Labels: labels},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	empty := fake.NewClientset(pod("other", map[string]string{"k8s-app": "metrics-server"}))
+	obs, err := NewDNS(Deps{Client: empty, Config: restCfg}, DNSOptions{Name: "probe.ns.svc.cluster.local", Port: 8080})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PreflightDNS(context.Background(), obs); err == nil || !strings.Contains(err.Error(), "k8s-app=kube-dns") || !strings.Contains(err.Error(), "--dns-server") {
+		t.Errorf("no kube-dns pods: %v, want an error naming the selector and --dns-server", err)
+	}
+	cs := fake.NewClientset(pod("coredns-a", map[string]string{"k8s-app": "kube-dns"}))
+	obs, err = NewDNS(Deps{Client: cs, Config: restCfg}, DNSOptions{Name: "probe.ns.svc.cluster.local", Port: 8080})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := obs.Poll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Replicas) != 1 || snap.Replicas[0].Replica != "kube-system/coredns-a" || snap.Replicas[0].Err == nil ||
+		!strings.Contains(snap.Replicas[0].Err.Error(), "pods/portforward in namespace kube-system") {
+		t.Errorf("replicas %+v, want kube-system/coredns-a blind, naming the port-forward permission", snap.Replicas)
 	}
 }
