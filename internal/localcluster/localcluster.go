@@ -70,6 +70,11 @@ type Options struct {
 	DNSTTL          time.Duration
 	DNSCache        time.Duration
 	DNSCacheCluster bool
+	// HAProxy runs Debian's HAProxy resolving the headless Service
+	// epwindow-dns/dnsprobe through CoreDNS (up --haproxy; needs DNS), and
+	// HAProxyResolve is its timeout resolve (zero: up's default, 1 s).
+	HAProxy        bool
+	HAProxyResolve time.Duration
 }
 
 // args is up's command line for o (defaults applied).
@@ -113,6 +118,12 @@ func (o Options) args(dir string) []string {
 	}
 	if o.DNSCacheCluster {
 		args = append(args, "--dns-cache-cluster")
+	}
+	if o.HAProxy {
+		args = append(args, "--haproxy")
+	}
+	if o.HAProxyResolve != 0 {
+		args = append(args, "--haproxy-resolve", o.HAProxyResolve.String())
 	}
 	return args
 }
@@ -181,6 +192,10 @@ type Cluster struct {
 	// DNS is the kube-dns Service, 10.96.0.10:53, and DNSDirect CoreDNS's
 	// own address on the pod network (empty without Options.DNS).
 	DNS, DNSDirect string
+	// HAProxyURL is HAProxy's frontend (http://127.0.0.1:PORT),
+	// HAProxySocket its stats socket (unix://PATH) and HAProxyName the
+	// headless Service name it resolves; empty without Options.HAProxy.
+	HAProxyURL, HAProxySocket, HAProxyName string
 	// StartupTime is from starting the binary to its READY line.
 	StartupTime time.Duration
 	// PID is epwindow-local's process: etcd, the API server, the
@@ -384,6 +399,12 @@ func (c *Cluster) parseReady(line string) error {
 			c.DNS = v
 		case "dns-direct":
 			c.DNSDirect = v
+		case "haproxy":
+			c.HAProxyURL = v
+		case "haproxy-socket":
+			c.HAProxySocket = v
+		case "haproxy-name":
+			c.HAProxyName = v
 		}
 	}
 	skipper := c.IngressURL != "" && c.RoutesURL != ""

@@ -25,7 +25,7 @@ const ttl = 7 * time.Second
 func TestMain(m *testing.M) {
 	// kubeadm's Corefile otherwise: the cache plugin does not hold the
 	// cluster domain's answers.
-	localcluster.Main(m, "measure/e2e/dns", localcluster.Options{DNS: true, DNSTTL: ttl}, func(c *localcluster.Cluster) error {
+	localcluster.Main(m, "measure/e2e/dns", localcluster.Options{DNS: true, DNSTTL: ttl, HAProxy: true, HAProxyResolve: resolveEvery}, func(c *localcluster.Cluster) error {
 		cluster = c
 		return nil
 	})

@@ -1,20 +1,11 @@
 package dns
 
 import (
-	"context"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/measure/upstream"
 	"github.com/epwindow/epwindow/results"
@@ -26,67 +17,6 @@ import (
 // one). The test's own value, not HAProxy's 1 s default, so that the
 // delay's spread can only come from it.
 const resolveEvery = 3 * time.Second
-
-// startHAProxy runs Debian's HAProxy (make deps) in front of the headless
-// Service name: a server-template whose slots resolve it through CoreDNS
-// every resolveEvery, and a stats socket for the observer. It returns the
-// frontend's URL and the socket's.
-func startHAProxy(t *testing.T, fqdn string) (frontend, socket string) {
-	t.Helper()
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		t.Fatalf("no haproxy on PATH: run make deps (Debian's haproxy): %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	dir := t.TempDir()
-	socket = filepath.Join(dir, "admin.sock")
-	// Six slots: three replicas and the replacement a deletion brings.
-	cfg := fmt.Sprintf(`global
-    stats socket %s mode 600 level admin
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 10s
-    timeout server 10s
-resolvers coredns
-    nameserver coredns %s
-    accepted_payload_size 8192
-    timeout resolve %dms
-    timeout retry 1s
-frontend probe
-    bind %s
-    default_backend probe
-backend probe
-    balance roundrobin
-    server-template srv 6 %s:%d resolvers coredns init-addr none resolve-prefer ipv4
-`, socket, cluster.DNSDirect, resolveEvery.Milliseconds(), addr, fqdn, deploy.DefaultPort)
-	path := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-db", "-f", path)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(socket); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("haproxy made no stats socket in 10s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return "http://" + addr, "unix://" + socket
-}
 
 // HAProxy from Debian, in front of a headless Service it resolves through
 // CoreDNS (server-template + resolvers), is the DNS path's consumer:
@@ -107,29 +37,20 @@ backend probe
 // than the last poll that listed it less one request gap (100 req/s over
 // three or four servers: ≤ 40 ms; 100 ms allowed).
 //
-// The headless Service is the test's own, with a name HAProxy's
-// configuration can hold before measure runs (measure's is named after its
-// run id); it selects the same pods in measure's namespace, and --dns-name
-// makes measure time the same name HAProxy resolves.
+// HAProxy is the local cluster's (up --haproxy): it resolves a headless
+// Service up made, with a name its configuration holds before any run
+// (measure's own is named after its run id), over every probe pod of its
+// namespace; measure runs there (--namespace) and times the same name
+// (--dns-name).
 //
 // Five trials, as TestDNSRemovedFollowsTheSlice, at about 15 s each.
 func TestHAProxyFollowsDNS(t *testing.T) {
-	ctx := context.Background()
-	ns := "epwindow-haproxy"
-	if _, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	if cluster.HAProxyURL == "" || cluster.HAProxySocket == "" || cluster.HAProxyName == "" {
+		t.Fatalf("the cluster runs no HAProxy (up --haproxy): %+v", cluster)
 	}
-	t.Cleanup(func() { _ = cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "dnsprobe"}, Spec: corev1.ServiceSpec{
-		ClusterIP: corev1.ClusterIPNone,
-		Selector:  map[string]string{deploy.LabelName: deploy.NameValue},
-		Ports:     []corev1.ServicePort{{Port: deploy.DefaultPort}},
-	}}
-	if _, err := cluster.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	fqdn := upstream.DNSName(svc.Name, ns, "")
-	frontend, socket := startHAProxy(t, fqdn)
+	// up's headless Service: <service>.<namespace>.svc.<domain>.
+	ns := strings.Split(cluster.HAProxyName, ".")[1]
+	frontend, socket, fqdn := cluster.HAProxyURL, cluster.HAProxySocket, cluster.HAProxyName
 
 	cfg := Config(t, cluster, 5)
 	cfg.Namespace = ns

@@ -28,23 +28,25 @@ import (
 
 // Flag names of `up`.
 const (
-	flagDir         = "dir"
-	flagNodes       = "nodes"
-	flagBatchPeriod = "batch-period"
-	flagIngressPoll = "ingress-poll"
-	flagBinDir      = "bin-dir"
-	flagCNIBinDir   = "cni-bin-dir"
-	flagProxyMode   = "proxy-mode"
-	flagProxySync   = "proxy-min-sync-period"
-	flagIngress     = "ingress"
-	flagThrottle    = "traefik-throttle"
-	flagMaxPerSlice = "max-endpoints-per-slice"
-	flagBallast     = "ballast"
-	flagChurn       = "churn"
-	flagDNS         = "dns"
-	flagDNSTTL      = "dns-ttl"
-	flagDNSCache    = "dns-cache"
-	flagDNSCacheAll = "dns-cache-cluster"
+	flagDir            = "dir"
+	flagNodes          = "nodes"
+	flagBatchPeriod    = "batch-period"
+	flagIngressPoll    = "ingress-poll"
+	flagBinDir         = "bin-dir"
+	flagCNIBinDir      = "cni-bin-dir"
+	flagProxyMode      = "proxy-mode"
+	flagProxySync      = "proxy-min-sync-period"
+	flagIngress        = "ingress"
+	flagThrottle       = "traefik-throttle"
+	flagMaxPerSlice    = "max-endpoints-per-slice"
+	flagBallast        = "ballast"
+	flagChurn          = "churn"
+	flagDNS            = "dns"
+	flagDNSTTL         = "dns-ttl"
+	flagDNSCache       = "dns-cache"
+	flagDNSCacheAll    = "dns-cache-cluster"
+	flagHAProxy        = "haproxy"
+	flagHAProxyResolve = "haproxy-resolve"
 )
 
 // maxChurn bounds --churn: more slice writes a second than this machine's
@@ -80,6 +82,11 @@ type upConfig struct {
 	DNSTTL          time.Duration
 	DNSCache        time.Duration
 	DNSCacheCluster bool
+	// HAProxy runs Debian's HAProxy resolving a headless Service over the
+	// probe pods through CoreDNS (needs DNS); HAProxyResolve is its
+	// `timeout resolve`.
+	HAProxy        bool
+	HAProxyResolve time.Duration
 }
 
 func (c upConfig) skipper() bool { return c.Ingress != ingressTraefik }
@@ -103,6 +110,8 @@ func parseUp(args []string) (upConfig, error) {
 	fs.BoolVar(&c.DNS, flagDNS, false, "run CoreDNS as the cluster DNS (kube-system/kube-dns at 10.96.0.10; needs kube-proxy and bin/coredns): pods resolve Service names")
 	fs.DurationVar(&c.DNSTTL, flagDNSTTL, 30*time.Second, "CoreDNS's TTL on the cluster's records (kubernetes plugin ttl; kubeadm's 30s)")
 	fs.DurationVar(&c.DNSCache, flagDNSCache, 30*time.Second, "CoreDNS's cache cap (cache plugin; kubeadm's 30s)")
+	fs.BoolVar(&c.HAProxy, flagHAProxy, false, "run Debian's HAProxy (make deps) resolving the headless Service "+haproxyNamespace+"/"+haproxyService+" over the probe pods through CoreDNS (needs --dns): a DNS client to measure with --observer haproxy")
+	fs.DurationVar(&c.HAProxyResolve, flagHAProxyResolve, time.Second, "HAProxy's timeout resolve: how often it asks CoreDNS again (HAProxy's default 1s)")
 	fs.BoolVar(&c.DNSCacheCluster, flagDNSCacheAll, false, "let CoreDNS cache the cluster domain's answers too (kubeadm's Corefile does not)")
 	ballast := fs.String(flagBallast, "", "SERVICES[xENDPOINTS]: extra selector-less Services with ENDPOINTS (default 5) addresses no pod holds, each with an Ingress of the running class")
 	fs.Float64Var(&c.Churn, flagChurn, 0, "ballast endpoint readiness changes a second, written steadily while the cluster runs (needs --ballast)")
@@ -178,6 +187,12 @@ func (c *upConfig) validate() error {
 	if c.DNS && c.ProxyMode == kubeproxy.ModeNone {
 		return fmt.Errorf("--%s needs a kube-proxy to route the kube-dns ClusterIP: --%s is none", flagDNS, flagProxyMode)
 	}
+	if c.HAProxy && !c.DNS {
+		return fmt.Errorf("--%s needs --%s: HAProxy resolves the headless Service through CoreDNS", flagHAProxy, flagDNS)
+	}
+	if c.HAProxyResolve < time.Millisecond || c.HAProxyResolve > time.Hour {
+		return fmt.Errorf("--%s (%s) must be between 1ms and 1h", flagHAProxyResolve, c.HAProxyResolve)
+	}
 	if c.DNSTTL < 0 || c.DNSTTL > time.Hour {
 		return fmt.Errorf("--%s (%s) must be between 0 and 1h", flagDNSTTL, c.DNSTTL)
 	}
@@ -193,11 +208,11 @@ func (c *upConfig) validate() error {
 // ownedPaths are what `up` creates under DIR besides logs. They are removed
 // before a start (a crashed run's leftovers) and after teardown; nothing
 // else in DIR is touched.
-var ownedPaths = []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", "kubeconfig-coredns", "Corefile", "nodes"}
+var ownedPaths = []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", "kubeconfig-coredns", "Corefile", "nodes", "haproxy.cfg", "haproxy.sock"}
 
 // logFiles are the per-component logs under DIR. A start truncates them;
 // teardown leaves them for reading.
-var logFiles = []string{"epwindow-local.log", "etcd.log", "apiserver.log", "controller-manager.log", "scheduler.log", "nodeagent.log", "skipper.log", "kube-proxy.log", "traefik.log"}
+var logFiles = []string{"epwindow-local.log", "etcd.log", "apiserver.log", "controller-manager.log", "scheduler.log", "nodeagent.log", "skipper.log", "kube-proxy.log", "traefik.log", "coredns.log", "haproxy.log"}
 
 func removeOwned(dir string, withLogs bool) error {
 	var errs []error
@@ -295,8 +310,8 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 	if proxyMetrics != "" {
 		ready = append(ready, "kube-proxy-metrics="+proxyMetrics)
 	}
-	var dnsDone <-chan struct{} // nil, never ready, without --dns
-	var dnsErr func() error
+	var dnsDone, haproxyDone <-chan struct{} // nil, never ready, without --dns / --haproxy
+	var dnsErr, haproxyErr func() error
 	if cfg.DNS {
 		host, err := nodes.cfg.HostAddr()
 		if err != nil {
@@ -310,6 +325,16 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 		dnsDone, dnsErr = dns.Done(), dns.Err
 		ready = append(ready, "dns="+netip.AddrPortFrom(kubeDNSAddr, coredns.Port).String(), "dns-direct="+dns.String())
 		log.Info("coredns ready", "pid", dns.PID(), "addr", dns.String(), "after", time.Since(start))
+		if cfg.HAProxy {
+			hp, err := startHAProxy(ctx, cfg, cp.Client, dns.Addr)
+			if err != nil {
+				return err
+			}
+			defer hp.Stop()
+			haproxyDone, haproxyErr = hp.Done(), hp.Err
+			ready = append(ready, "haproxy="+hp.URL, "haproxy-socket="+hp.Socket, "haproxy-name="+haproxyName())
+			log.Info("haproxy ready", "pid", hp.PID(), "url", hp.URL, "after", time.Since(start))
+		}
 	}
 	var skipperDone, traefikDone <-chan struct{} // nil, never ready, when not run
 	var skipperErr, traefikErr func() error
@@ -377,6 +402,8 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 		return fmt.Errorf("traefik exited (see traefik.log): %v", traefikErr())
 	case <-dnsDone:
 		return fmt.Errorf("coredns exited (see coredns.log): %v", dnsErr())
+	case <-haproxyDone:
+		return fmt.Errorf("haproxy exited (see haproxy.log): %v", haproxyErr())
 	case <-proxyDone:
 		return errors.New("kube-proxy exited (see kube-proxy.log)")
 	case err := <-churnErr:

@@ -45,6 +45,12 @@ func TestParseUp(t *testing.T) {
 	if err != nil || !c.DNS || c.DNSTTL != 5*time.Second || c.DNSCache != 0 || !c.DNSCacheCluster {
 		t.Errorf("--dns: %+v, %v", c, err)
 	}
+	if h, err := parseUp([]string{"--dir", "/d", "--bin-dir", "/b", "--dns", "--haproxy", "--haproxy-resolve", "3s"}); err != nil || !h.HAProxy || h.HAProxyResolve != 3*time.Second {
+		t.Errorf("--haproxy: %+v, %v", h, err)
+	}
+	if h, _ := parseUp([]string{"--dir", "/d", "--bin-dir", "/b"}); h.HAProxy || h.HAProxyResolve != time.Second {
+		t.Errorf("defaults: HAProxy %v, resolve %s; want off and HAProxy's 1s", h.HAProxy, h.HAProxyResolve)
+	}
 	if got := clusterDNS(c); len(got) != 1 || got[0].String() != "10.96.0.10" {
 		t.Errorf("cluster DNS with --dns: %v, want kube-dns's 10.96.0.10", got)
 	}
@@ -81,6 +87,8 @@ func TestParseUpRejects(t *testing.T) {
 		{[]string{"--dir", "/d", "--dns", "--proxy-mode", "none"}, "--dns needs a kube-proxy"},
 		{[]string{"--dir", "/d", "--dns", "--dns-ttl", "-1s"}, "--dns-ttl"},
 		{[]string{"--dir", "/d", "--dns", "--dns-cache", "2h"}, "--dns-cache"},
+		{[]string{"--dir", "/d", "--haproxy"}, "--haproxy needs --dns"},
+		{[]string{"--dir", "/d", "--dns", "--haproxy", "--haproxy-resolve", "0s"}, "--haproxy-resolve"},
 	} {
 		_, err := parseUp(append(tt.args, "--bin-dir", "/b"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
