@@ -63,7 +63,7 @@ LOCAL_SRC     := $(shell find deploy/local internal/localcluster/flock -name '*.
 	deploy/local/go.mod deploy/local/go.sum internal/localcluster/go.mod
 # The deploy/local packages `make test` runs (the others import
 # k8s.io/kubernetes, which -race would rebuild from scratch).
-LOCAL_TEST_PKGS := ./nodeagent/... ./skipper/... ./traefik/... ./coredns/... ./kubeproxy ./internal/... ./e2e/...
+LOCAL_TEST_PKGS := ./nodeagent/... ./skipper/... ./traefik/... ./coredns/... ./haproxy/... ./kubeproxy ./internal/... ./e2e/...
 # The deploy/local packages that import k8s.io/kubernetes: vetted and tested
 # without -race, with -trimpath and CGO_ENABLED=0 like `make cluster`, so
 # they reuse its compiled packages instead of rebuilding Kubernetes.
