@@ -34,6 +34,11 @@ func TestRenderHeadless(t *testing.T) {
 	if len(h.Annotations) != 0 {
 		t.Errorf("annotations %v: the Traefik h2c annotation is the ingress Service's", h.Annotations)
 	}
+	p.HeadlessPublishNotReady = true
+	if wl := mustRender(t, p); !wl.Headless.Spec.PublishNotReadyAddresses || wl.Service.Spec.PublishNotReadyAddresses {
+		t.Errorf("HeadlessPublishNotReady: headless %v, Service %v; want the headless Service's only",
+			wl.Headless.Spec.PublishNotReadyAddresses, wl.Service.Spec.PublishNotReadyAddresses)
+	}
 	// Rendered with the rest, after the Service.
 	objs := wl.Objects()
 	if len(objs) != 5 || objs[3] != any(h) {

@@ -120,6 +120,11 @@ type Params struct {
 	// pods: the name DNS clients resolve to the pods' own addresses, whose
 	// answers measure --dns times.
 	Headless bool
+	// HeadlessPublishNotReady sets the headless Service's
+	// publishNotReadyAddresses: a terminating pod's endpoint then stays
+	// ready in its slice, and in DNS, until the pod is gone (what EPW012
+	// warns about), to measure how much longer that is.
+	HeadlessPublishNotReady bool
 	// RunID, when set, is the LabelRunID value on every object and pod, and
 	// part of the pods' selector.
 	RunID string
@@ -425,6 +430,7 @@ func (p Params) apply(wl *Workload) error {
 	}
 	if p.Headless {
 		wl.Headless = headless(wl.Service)
+		wl.Headless.Spec.PublishNotReadyAddresses = p.HeadlessPublishNotReady
 	}
 	if wl.HTTPRoute != nil {
 		return p.applyHTTPRoute(wl.HTTPRoute)
@@ -549,10 +555,11 @@ func HeadlessName(name string) string { return name + HeadlessSuffix }
 // headless is svc without a cluster IP: the cluster DNS answers its name
 // with the ready endpoints' own addresses (CoreDNS's kubernetes plugin,
 // plugin/kubernetes/kubernetes.go: a headless Service's records are its
-// endpoints), and kube-proxy programs nothing for it. It keeps
+// endpoints), and kube-proxy programs nothing for it. It has
 // publishNotReadyAddresses false, as a Deployment's Service should: a
 // terminating pod's endpoint then turns ready=false at its deletion, and
-// DNS stops answering it (EPW012 flags the opposite).
+// DNS stops answering it (EPW012 flags the opposite, which
+// Params.HeadlessPublishNotReady sets to measure).
 func headless(svc *corev1.Service) *corev1.Service {
 	h := svc.DeepCopy()
 	h.Name = HeadlessName(svc.Name)

@@ -43,27 +43,30 @@ const (
 	FlagURL          = "url"
 	FlagObserver     = "observer"
 	FlagDNS          = "dns"
-	FlagRate         = "rate"
-	FlagKeepAlive    = "keepalive"
-	FlagHold         = "hold"
-	FlagQuietPeriod  = "quiet-period"
-	FlagImage        = "image"
-	FlagOut          = "out"
-	FlagKeep         = "keep"
-	FlagNamespace    = "namespace"
-	FlagGraceMargin  = "grace-margin"
-	FlagMaxSkew      = "max-skew-uncertainty"
-	FlagSettle       = "settle-timeout"
-	FlagPreStop      = "prestop"
-	FlagPreStopSleep = "prestop-sleep"
-	FlagExitOnTerm   = "exit-on-sigterm"
-	FlagClockOffset  = "probe-clock-offset"
-	FlagListenDelay  = "listen-delay"
-	FlagReadiness    = "readiness"
-	FlagDrain        = "drain"
-	FlagDeregDelay   = "deregistration-delay"
-	FlagLoadMethod   = "load-method"
-	FlagStopOnBlind  = "stop-on-blind-observer"
+	// FlagDNSPublishNotReady sets publishNotReadyAddresses on --dns's
+	// headless Service.
+	FlagDNSPublishNotReady = "dns-publish-not-ready"
+	FlagRate               = "rate"
+	FlagKeepAlive          = "keepalive"
+	FlagHold               = "hold"
+	FlagQuietPeriod        = "quiet-period"
+	FlagImage              = "image"
+	FlagOut                = "out"
+	FlagKeep               = "keep"
+	FlagNamespace          = "namespace"
+	FlagGraceMargin        = "grace-margin"
+	FlagMaxSkew            = "max-skew-uncertainty"
+	FlagSettle             = "settle-timeout"
+	FlagPreStop            = "prestop"
+	FlagPreStopSleep       = "prestop-sleep"
+	FlagExitOnTerm         = "exit-on-sigterm"
+	FlagClockOffset        = "probe-clock-offset"
+	FlagListenDelay        = "listen-delay"
+	FlagReadiness          = "readiness"
+	FlagDrain              = "drain"
+	FlagDeregDelay         = "deregistration-delay"
+	FlagLoadMethod         = "load-method"
+	FlagStopOnBlind        = "stop-on-blind-observer"
 	// FlagInClusterLoad and FlagInClusterRate set the in-cluster load
 	// runners: how many, and each one's requests per second.
 	FlagInClusterLoad = "in-cluster-load"
@@ -121,6 +124,10 @@ type Config struct {
 	// Port is set by the run.
 	DNS        bool
 	DNSOptions upstream.DNSOptions
+	// DNSPublishNotReady sets publishNotReadyAddresses on the headless
+	// Service (--dns-publish-not-ready): DNS then answers a deleted pod
+	// until it is gone, and the trial runs into the hold.
+	DNSPublishNotReady bool
 	// ClusterDomain is the cluster's DNS domain (--cluster-domain); ""
 	// means cluster.local, the kubelet's and kubeadm's default.
 	ClusterDomain string
@@ -249,6 +256,9 @@ func (c *Config) Validate() error {
 	}
 	if !c.DNS && (len(c.DNSOptions.Servers) > 0 || c.DNSOptions.Name != "") {
 		add("--%s and --%s need --%s", upstream.FlagDNSServer, upstream.FlagDNSName, FlagDNS)
+	}
+	if c.DNSPublishNotReady && (!c.DNS || c.DNSOptions.Name != "") {
+		add("--%s needs --%s and the run's own headless Service (no --%s)", FlagDNSPublishNotReady, FlagDNS, upstream.FlagDNSName)
 	}
 	if c.DNSOptions.Interval < 0 {
 		add("--%s (%s) must not be negative", upstream.FlagDNSInterval, c.DNSOptions.Interval)

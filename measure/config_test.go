@@ -32,6 +32,8 @@ func TestConfigValidate(t *testing.T) {
 		{"dns server without --dns", func(c *Config) { c.DNSOptions.Servers = []string{"10.96.0.10"} }, "--dns-server and --dns-name need --dns"},
 		{"dns name without --dns", func(c *Config) { c.DNSOptions.Name = "probe.ns.svc.cluster.local" }, "need --dns"},
 		{"dns", func(c *Config) { c.DNS, c.DNSOptions.Servers = true, []string{"10.96.0.10"} }, ""},
+		{"publish not ready without --dns", func(c *Config) { c.DNSPublishNotReady = true }, "--dns-publish-not-ready needs --dns"},
+		{"publish not ready with --dns", func(c *Config) { c.DNS, c.DNSPublishNotReady = true, true }, ""},
 		{"negative dns interval", func(c *Config) { c.DNS, c.DNSOptions.Interval = true, -time.Second }, "--dns-interval (-1s) must not be negative"},
 		{"unknown mode", func(c *Config) { c.Mode = "chaos" }, `--mode "chaos"`},
 		{"no url", func(c *Config) { c.URL = nil }, "--url is required"},

@@ -137,7 +137,7 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		ClockOffset: cfg.ProbeClockOffset, RunID: r.runID,
 		ListenDelay: cfg.ProbeListenDelay, NoReadiness: cfg.NoReadiness,
 	}
-	r.params.Headless = cfg.DNS
+	r.params.Headless, r.params.HeadlessPublishNotReady = cfg.DNS, cfg.DNSPublishNotReady
 	if cfg.Streams.N > 0 {
 		r.params.StreamDrain = cfg.Streams.Drain.String()
 		r.params.H2C = cfg.Streams.Protocol == load.ProtocolGRPC

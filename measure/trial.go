@@ -226,7 +226,13 @@ func (r *runner) follow(ctx context.Context, in trialInput, uid types.UID) (*res
 wait:
 	for {
 		s := r.watch.snapshot(uid)
-		if !s.podDeleted.IsZero() && !s.sliceRemoved.IsZero() {
+		// With --dns, until DNS stopped answering the address too: with
+		// publishNotReadyAddresses that is only once the pod is gone.
+		dnsGone := true
+		if r.dnsTracker != nil {
+			dnsGone, _ = r.dnsTracker.Gone(addrPort)
+		}
+		if !s.podDeleted.IsZero() && !s.sliceRemoved.IsZero() && dnsGone {
 			break
 		}
 		select {

@@ -121,6 +121,7 @@ func measureFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: upstream.FlagDNSServer, Usage: "DNS server to ask (host[:port], udp:// or tcp://; repeat per server); default: the kube-dns pods in kube-system through port-forward", Category: "DNS"},
 		&cli.StringFlag{Name: upstream.FlagDNSName, Usage: "name to resolve (default: the headless Service's, <name>-headless.<namespace>.svc.<cluster-domain>)", Category: "DNS"},
 		&cli.DurationFlag{Name: upstream.FlagDNSInterval, Usage: "DNS poll interval: the resolution of dns_removed (default: --observer-interval)", Category: "DNS"},
+		&cli.BoolFlag{Name: measure.FlagDNSPublishNotReady, Usage: "set publishNotReadyAddresses on the headless Service, as lint's EPW012 warns against: DNS then answers a deleted pod until it is gone (the trials run into --hold)", Category: "DNS"},
 		&cli.StringFlag{Name: flagClusterDomain, Value: "cluster.local", Usage: "the cluster's DNS domain (the kubelet's --cluster-domain)", Category: "DNS"},
 		&cli.Float64Flag{Name: measure.FlagRate, Value: 50, Usage: "load in requests per second through --url", Category: "Load"},
 		&cli.BoolFlag{Name: measure.FlagKeepAlive, Usage: "reuse connections (default: a new connection per request, as most 502 reports involve)", Category: "Load"},
@@ -200,7 +201,8 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 			Name:     c.String(upstream.FlagDNSName),
 			Interval: c.Duration(upstream.FlagDNSInterval),
 		},
-		ClusterDomain: c.String(flagClusterDomain),
+		ClusterDomain:      c.String(flagClusterDomain),
+		DNSPublishNotReady: c.Bool(measure.FlagDNSPublishNotReady),
 		ObserverOptions: upstream.Options{
 			Interval:            c.Duration(flagObserverInterval),
 			URLs:                c.StringSlice(flagObserverURL),
