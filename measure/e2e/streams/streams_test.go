@@ -191,7 +191,10 @@ func checkNone(t *testing.T, r *results.Record, s *results.StreamTrial, path str
 // (awaitReopens), and every re-open landed on a surviving pod. A re-open
 // whose first attempt failed waits for its policy's backoff (grpc-default:
 // 1 s, then 1.6 s) and may miss measure's 3 s settle, so one in ten may be
-// missing; a herd that was not observed at all misses every one.
+// missing, and at least one (a trial holds 6 or 7 streams a path: one in
+// ten of those is none, and make test saw 5 of 6 re-opened within 69 ms
+// with the sixth past the settle); a herd that was not observed at all
+// misses every one.
 func checkHerdRecorded(t *testing.T, r *results.Record, s *results.StreamTrial, path string) {
 	t.Helper()
 	reopened := 0
@@ -202,7 +205,7 @@ func checkHerdRecorded(t *testing.T, r *results.Record, s *results.StreamTrial, 
 		reopened += n
 	}
 	t.Logf("%s: %d of %d closed streams re-opened in the record (%v), herd peak %d per 100 ms", path, reopened, s.Closed, s.Reopened, s.HerdPeak)
-	if s.HerdPeak == 0 || 10*reopened < 9*s.Closed {
+	if s.HerdPeak == 0 || reopened < s.Closed-max(1, s.Closed/10) {
 		t.Errorf("%s: %d of %d closed streams re-opened within the record, herd peak %d: want the herd recorded", path, reopened, s.Closed, s.HerdPeak)
 	}
 }
