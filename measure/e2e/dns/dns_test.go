@@ -100,3 +100,41 @@ func TestCLIObserverDNS(t *testing.T) {
 		}
 	}
 }
+
+// publishNotReadyAddresses (what lint's EPW012 warns about) keeps a
+// terminating pod's endpoint ready in its slice
+// (staging/src/k8s.io/endpointslice/utils.go, podToEndpoint: ready =
+// PublishNotReadyAddresses || (serving && !terminating)), so CoreDNS answers
+// it until the pod object is gone: dns_removed follows slice_removed (the
+// pod's deletion takes it out of every slice), within [−Slack, Interval +
+// Slack], not slice_not_ready. The probe is held until DNS dropped it, so
+// every trial runs into the hold and is censored: the window DNS clients
+// see is at least the hold.
+//
+// Three trials with an 8 s hold: each shows it on its own.
+func TestPublishNotReadyKeepsTheAddress(t *testing.T) {
+	cfg := Config(t, cluster, 3)
+	cfg.DNSPublishNotReady = true
+	cfg.Hold = 8 * time.Second
+	sink := e2etest.Run(t, cfg, 10*time.Minute)
+	key := "dns/" + cluster.DNSDirect
+	for _, r := range sink.Records {
+		if !r.Censored() {
+			t.Errorf("trial %d not cut at the hold: %s", r.Trial, r.InvalidReason())
+		}
+		rm, ok := r.StageKey(results.StageDNSRemoved, key)
+		gone, ok2 := r.Stage(results.StageSliceRemoved)
+		nr, ok3 := r.Stage(results.StageSliceNotReady)
+		if !ok || !ok2 || !ok3 || !r.PointValid(results.StageDNSRemoved) {
+			t.Errorf("trial %d: dns_removed %v, slice_removed %v, slice_not_ready %v; reasons %s", r.Trial, ok, ok2, ok3, r.InvalidReason())
+			continue
+		}
+		if d := rm.At.Sub(gone.At); d < -Slack || d > Interval+Slack {
+			t.Errorf("trial %d: slice_removed→dns_removed = %s, want within [%s, %s]", r.Trial, d, -Slack, Interval+Slack)
+		}
+		if d := rm.At.Sub(nr.At); d < cfg.Hold-time.Second {
+			t.Errorf("trial %d: slice_not_ready→dns_removed = %s: DNS dropped the address before the hold (%s) ended", r.Trial, d, cfg.Hold)
+		}
+		t.Logf("trial %d: slice_not_ready→dns_removed %s, slice_removed→dns_removed %s", r.Trial, rm.At.Sub(nr.At), rm.At.Sub(gone.At))
+	}
+}
