@@ -429,8 +429,7 @@ func (p Params) apply(wl *Workload) error {
 		wl.Service.Spec.Ports[i].TargetPort = intstr.FromInt32(port)
 	}
 	if p.Headless {
-		wl.Headless = headless(wl.Service)
-		wl.Headless.Spec.PublishNotReadyAddresses = p.HeadlessPublishNotReady
+		wl.Headless = headless(wl.Service, p.HeadlessPublishNotReady)
 	}
 	if wl.HTTPRoute != nil {
 		return p.applyHTTPRoute(wl.HTTPRoute)
@@ -555,18 +554,18 @@ func HeadlessName(name string) string { return name + HeadlessSuffix }
 // headless is svc without a cluster IP: the cluster DNS answers its name
 // with the ready endpoints' own addresses (CoreDNS's kubernetes plugin,
 // plugin/kubernetes/kubernetes.go: a headless Service's records are its
-// endpoints), and kube-proxy programs nothing for it. It has
-// publishNotReadyAddresses false, as a Deployment's Service should: a
-// terminating pod's endpoint then turns ready=false at its deletion, and
-// DNS stops answering it (EPW012 flags the opposite, which
-// Params.HeadlessPublishNotReady sets to measure).
-func headless(svc *corev1.Service) *corev1.Service {
+// endpoints), and kube-proxy programs nothing for it. Without
+// publishNotReady, as a Deployment's Service should be, a terminating
+// pod's endpoint turns ready=false at its deletion and DNS stops answering
+// it; with it (EPW012 flags that, Params.HeadlessPublishNotReady sets it to
+// measure), the endpoint stays ready until the pod is gone.
+func headless(svc *corev1.Service, publishNotReady bool) *corev1.Service {
 	h := svc.DeepCopy()
 	h.Name = HeadlessName(svc.Name)
 	h.Annotations = nil
 	h.Spec.Type = corev1.ServiceTypeClusterIP
 	h.Spec.ClusterIP = corev1.ClusterIPNone
 	h.Spec.ClusterIPs = nil
-	h.Spec.PublishNotReadyAddresses = false
+	h.Spec.PublishNotReadyAddresses = publishNotReady
 	return h
 }

@@ -332,11 +332,7 @@ func (r *runner) releaseState(in trialInput, uid types.UID, addr netip.AddrPort)
 		removed = !s.sliceNotReady.IsZero()
 	} else if gone, _ := r.tracker.Gone(addr); gone {
 		stage, removed = results.StageUpstreamRemoved, true
-		for _, rm := range r.tracker.Removals(addr) {
-			if rm.Removed.At.After(quietSince) {
-				quietSince = rm.Removed.At
-			}
-		}
+		quietSince = latestRemoval(r.tracker, addr, quietSince)
 	}
 	// With --dns the probe is held until DNS stopped answering its address
 	// too: DNS clients may route to it until then.
@@ -344,15 +340,22 @@ func (r *runner) releaseState(in trialInput, uid types.UID, addr netip.AddrPort)
 		if gone, _ := r.dnsTracker.Gone(addr); !gone {
 			removed = false
 		} else {
-			for _, rm := range r.dnsTracker.Removals(addr) {
-				if rm.Removed.At.After(quietSince) {
-					quietSince = rm.Removed.At
-				}
-			}
+			quietSince = latestRemoval(r.dnsTracker, addr, quietSince)
 		}
 	}
 	if ps, ok := r.gen.Pod(in.pod); ok && ps.Last.After(quietSince) {
 		quietSince = ps.Last
 	}
 	return stage, quietSince, removed
+}
+
+// latestRemoval is the later of since and the last of tr's replicas to
+// drop addr.
+func latestRemoval(tr *upstream.Tracker, addr netip.AddrPort, since time.Time) time.Time {
+	for _, rm := range tr.Removals(addr) {
+		if rm.Removed.At.After(since) {
+			since = rm.Removed.At
+		}
+	}
+	return since
 }

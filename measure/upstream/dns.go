@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,13 +181,7 @@ func (o *dnsObserver) Settings(context.Context) map[string]string {
 // Version is what the DNS pods' images tag ("v1.11.3"), "" when the servers
 // were named by address.
 func (o *dnsObserver) Version(ctx context.Context) string {
-	var tags []string
-	for _, c := range o.src.containers(ctx) {
-		if t := imageTag(c.Image); t != "" && !slices.Contains(tags, t) {
-			tags = append(tags, t)
-		}
-	}
-	return strings.Join(tags, ", ")
+	return imageTags(o.src.containers(ctx))
 }
 
 func (o *dnsObserver) Poll(ctx context.Context) (Snapshot, error) {

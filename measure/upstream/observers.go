@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 )
 
@@ -82,17 +83,23 @@ func (o *httpObserver) Settings(ctx context.Context) map[string]string {
 // has a version endpoint, it is what that endpoint reports, read once;
 // else "".
 func (o *httpObserver) Version(ctx context.Context) string {
+	if tags := imageTags(o.src.containers(ctx)); tags != "" || o.versionPath == "" {
+		return tags
+	}
+	o.versionOnce.Do(func() { o.apiVersion = o.readVersion(ctx) })
+	return o.apiVersion
+}
+
+// imageTags are the distinct tags of the containers' images, in order,
+// joined with ", " (several mid-upgrade); "" when none is tagged.
+func imageTags(cs []corev1.Container) string {
 	var tags []string
-	for _, c := range o.src.containers(ctx) {
+	for _, c := range cs {
 		if t := imageTag(c.Image); t != "" && !slices.Contains(tags, t) {
 			tags = append(tags, t)
 		}
 	}
-	if len(tags) > 0 || o.versionPath == "" {
-		return strings.Join(tags, ", ")
-	}
-	o.versionOnce.Do(func() { o.apiVersion = o.readVersion(ctx) })
-	return o.apiVersion
+	return strings.Join(tags, ", ")
 }
 
 // readVersion asks every replica's version endpoint, each under the poll

@@ -47,7 +47,7 @@ func TestDNSRemovedFollowsTheSlice(t *testing.T) {
 	if s := DNSSettings(t, sink.Meta); s["ttl"] != ttl.String() || s["ttl_seen"] != "" {
 		t.Errorf("header: dns settings %v, want ttl %s and no cache", s, ttl)
 	}
-	delays := CheckDelays(t, cluster, sink.Records, -Slack, Interval+Slack)
+	delays := CheckDelays(t, sink.Records, results.StageDNSLastPresent, results.StageDNSRemoved, DNSKey(cluster), -Slack, Interval+Slack)
 	t.Logf("slice_not_ready→dns_removed: %v", delays)
 }
 
@@ -117,7 +117,7 @@ func TestPublishNotReadyKeepsTheAddress(t *testing.T) {
 	cfg.DNSPublishNotReady = true
 	cfg.Hold = 8 * time.Second
 	sink := e2etest.Run(t, cfg, 10*time.Minute)
-	key := "dns/" + cluster.DNSDirect
+	key := DNSKey(cluster)
 	for _, r := range sink.Records {
 		if !r.Censored() {
 			t.Errorf("trial %d not cut at the hold: %s", r.Trial, r.InvalidReason())

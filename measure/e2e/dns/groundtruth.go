@@ -58,34 +58,36 @@ func DNSSettings(t *testing.T, h *results.Header) map[string]string {
 	return nil
 }
 
-// CheckDelays checks every trial's slice_not_ready→dns_removed against
-// [lo, hi] for CoreDNS at c (keyed dns/<its address>) and returns them.
-func CheckDelays(t *testing.T, c *localcluster.Cluster, recs []*results.Record, lo, hi time.Duration) []time.Duration {
+// DNSKey is the stage key of CoreDNS at c, asked directly (Config).
+func DNSKey(c *localcluster.Cluster) string { return upstream.KindDNS + "/" + c.DNSDirect }
+
+// CheckDelays checks, for every trial, that the replica key's lastPresent
+// stage precedes its removed stage and that slice_not_ready→removed lies
+// in [lo, hi], and returns those delays. The stages are dns_last_present
+// and dns_removed for a DNS server, upstream_last_present and
+// upstream_removed for an observed consumer.
+func CheckDelays(t *testing.T, recs []*results.Record, lastPresent, removed, key string, lo, hi time.Duration) []time.Duration {
 	t.Helper()
-	key := upstream.KindDNS + "/" + c.DNSDirect
 	var delays []time.Duration
 	for _, r := range recs {
 		if !r.Valid {
 			t.Errorf("trial %d invalid: %s", r.Trial, r.InvalidReason())
 			continue
 		}
-		rm, ok := r.StageKey(results.StageDNSRemoved, key)
-		lp, ok2 := r.StageKey(results.StageDNSLastPresent, key)
-		if !ok || !ok2 {
-			t.Errorf("trial %d: no %s or %s keyed %s: %+v", r.Trial, results.StageDNSRemoved, results.StageDNSLastPresent, key, r.Stages)
+		rm, ok := r.StageKey(removed, key)
+		lp, ok2 := r.StageKey(lastPresent, key)
+		nr, ok3 := r.Stage(results.StageSliceNotReady)
+		if !ok || !ok2 || !ok3 {
+			t.Errorf("trial %d: no %s or %s keyed %s, or no slice_not_ready: %+v", r.Trial, removed, lastPresent, key, r.Stages)
 			continue
 		}
 		if !lp.At.Before(rm.At) {
-			t.Errorf("trial %d: dns_last_present %s not before dns_removed %s", r.Trial, lp.At, rm.At)
+			t.Errorf("trial %d: %s %s not before %s %s", r.Trial, lastPresent, lp.At, removed, rm.At)
 		}
-		d, ok := r.Between(results.StageSliceNotReady, results.StageDNSRemoved)
-		if !ok {
-			t.Errorf("trial %d: no slice_not_ready→dns_removed", r.Trial)
-			continue
-		}
+		d := rm.At.Sub(nr.At)
 		delays = append(delays, d)
 		if d < lo || d > hi {
-			t.Errorf("trial %d: slice_not_ready→dns_removed = %s, want within [%s, %s]", r.Trial, d, lo, hi)
+			t.Errorf("trial %d: slice_not_ready→%s = %s, want within [%s, %s]", r.Trial, removed, d, lo, hi)
 		}
 	}
 	return delays

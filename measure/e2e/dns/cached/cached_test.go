@@ -11,6 +11,7 @@ import (
 	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
 	"github.com/epwindow/epwindow/measure/e2e/dns"
+	"github.com/epwindow/epwindow/results"
 )
 
 var cluster *localcluster.Cluster
@@ -58,7 +59,7 @@ func TestCacheHoldsTheAnswer(t *testing.T) {
 	if s["ttl"] != hold.String() {
 		t.Errorf("header: dns settings %v, want ttl %s (the cache's hold)", s, hold)
 	}
-	delays := dns.CheckDelays(t, cluster, sink.Records, -dns.Slack, hold+dns.Interval+dns.Slack)
+	delays := dns.CheckDelays(t, sink.Records, results.StageDNSLastPresent, results.StageDNSRemoved, dns.DNSKey(cluster), -dns.Slack, hold+dns.Interval+dns.Slack)
 	t.Logf("slice_not_ready→dns_removed with a %s cache hold: %v", hold, delays)
 	if len(delays) > 0 && slices.Max(delays) <= dns.Interval+dns.Slack {
 		t.Errorf("largest delay %s: the cache's %s hold does not show", slices.Max(delays), hold)
