@@ -106,19 +106,9 @@ func createKubeDNSService(ctx context.Context, c kubernetes.Interface, host neti
 	if _, err := c.CoreV1().Services(metav1.NamespaceSystem).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create the kube-dns Service: %w", err)
 	}
-	ready := true
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: metav1.NamespaceSystem, Labels: map[string]string{
-			discoveryv1.LabelServiceName: "kube-dns",
-			discoveryv1.LabelManagedBy:   "epwindow-local",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host.String()}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		Ports: []discoveryv1.EndpointPort{
-			{Name: ptr("dns"), Port: ptr(int32(coredns.Port)), Protocol: &udp},
-			{Name: ptr("dns-tcp"), Port: ptr(int32(coredns.Port)), Protocol: &tcp},
-		},
-	}
+	slice := hostSlice(metav1.NamespaceSystem, "kube-dns", host,
+		discoveryv1.EndpointPort{Name: ptr("dns"), Port: ptr(int32(coredns.Port)), Protocol: &udp},
+		discoveryv1.EndpointPort{Name: ptr("dns-tcp"), Port: ptr(int32(coredns.Port)), Protocol: &tcp})
 	if _, err := c.DiscoveryV1().EndpointSlices(metav1.NamespaceSystem).Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create the kube-dns Service's EndpointSlice: %w", err)
 	}

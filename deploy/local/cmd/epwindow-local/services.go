@@ -129,16 +129,8 @@ func createKubernetesSlice(ctx context.Context, c kubernetes.Interface, host net
 	if portName == "" {
 		return errors.New("the kubernetes Service has no port 443")
 	}
-	ready := true
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault, Labels: map[string]string{
-			discoveryv1.LabelServiceName: "kubernetes",
-			discoveryv1.LabelManagedBy:   "epwindow-local",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host.String()}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: ptr(int32(apiPodPort)), Protocol: ptr(corev1.ProtocolTCP)}},
-	}
+	slice := hostSlice(metav1.NamespaceDefault, "kubernetes", host,
+		discoveryv1.EndpointPort{Name: &portName, Port: ptr(int32(apiPodPort)), Protocol: ptr(corev1.ProtocolTCP)})
 	_, err = c.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, slice, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create the kubernetes Service's EndpointSlice: %w", err)
@@ -147,3 +139,19 @@ func createKubernetesSlice(ctx context.Context, c kubernetes.Interface, host net
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// hostSlice is the EndpointSlice of the selector-less Service ns/service
+// that sends it to a process on the machine: one ready endpoint, host, on
+// ports, managed by epwindow-local (no controller owns it).
+func hostSlice(ns, service string, host netip.Addr, ports ...discoveryv1.EndpointPort) *discoveryv1.EndpointSlice {
+	ready := true
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: service, Namespace: ns, Labels: map[string]string{
+			discoveryv1.LabelServiceName: service,
+			discoveryv1.LabelManagedBy:   "epwindow-local",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host.String()}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		Ports:       ports,
+	}
+}
