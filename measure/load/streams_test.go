@@ -221,6 +221,37 @@ func checkStreamIDs(t *testing.T, p *loopbackProbe, ev []StreamEvent) {
 			}
 		}
 	}
+	// The client counts a WebSocket open at the 101; the probe registers the
+	// stream just after it wrote the 101 (probe/streams.go serveWebSocket:
+	// websocket.Accept, then begin), so the last open can be a few
+	// microseconds ahead of the probe's record: read the timeline until it
+	// holds every stream or a deadline passes.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tl := probeTimeline(t, p)
+		recorded := map[string]bool{}
+		for _, r := range tl.Streams.Records {
+			recorded[r.Client] = true
+		}
+		var missing []string
+		for id := range opened {
+			if !recorded[id] {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("streams %v: the probe has no record of them (records %d)", missing, len(tl.Streams.Records))
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func probeTimeline(t *testing.T, p *loopbackProbe) probe.Timeline {
+	t.Helper()
 	resp, err := http.Get(p.url + strings.TrimPrefix(probe.PathTimeline, "/"))
 	if err != nil {
 		t.Fatal(err)
@@ -230,15 +261,7 @@ func checkStreamIDs(t *testing.T, p *loopbackProbe, ev []StreamEvent) {
 	if err := json.NewDecoder(resp.Body).Decode(&tl); err != nil || tl.Streams == nil {
 		t.Fatalf("probe timeline: %v", err)
 	}
-	recorded := map[string]bool{}
-	for _, r := range tl.Streams.Records {
-		recorded[r.Client] = true
-	}
-	for id := range opened {
-		if !recorded[id] {
-			t.Errorf("stream %s: the probe has no record of it (records %d)", id, len(tl.Streams.Records))
-		}
-	}
+	return tl
 }
 
 func TestStreamHolderAbruptEndAndRefused(t *testing.T) {
