@@ -89,6 +89,21 @@ type Config struct {
 	// MaxStreamRecords caps the ended streams kept individually
 	// (--max-stream-records).
 	MaxStreamRecords int
+	// GRPCListen, if set, is a second TCP address where a grpc.Server serves
+	// the stream service and Hello on its own (--grpc-listen), so that
+	// GRPCMaxConnectionAge applies; the main port serves them too, behind
+	// net/http, without it.
+	GRPCListen string
+	// GRPCMaxConnectionAge is grpc-go's keepalive MaxConnectionAge on the
+	// gRPC port (--grpc-max-connection-age; 0: none): a connection gets
+	// GOAWAY at that age (±10% jitter), and is closed
+	// GRPCMaxConnectionAgeGrace later (--grpc-max-connection-age-grace;
+	// 0: grpc-go's default, infinite).
+	GRPCMaxConnectionAge      time.Duration
+	GRPCMaxConnectionAgeGrace time.Duration
+	// GRPCListener, if set, is an open listener served instead of
+	// GRPCListen (tests).
+	GRPCListener net.Listener
 	// Clock is the probe's clock; nil means the real one. Tests inject a fake.
 	Clock clock.Clock
 }
@@ -131,6 +146,12 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout (%s) must be positive", c.ShutdownTimeout))
+	}
+	if c.GRPCMaxConnectionAge < 0 || c.GRPCMaxConnectionAgeGrace < 0 {
+		errs = append(errs, errors.New("--grpc-max-connection-age and --grpc-max-connection-age-grace must not be negative"))
+	}
+	if c.GRPCListen == "" && c.GRPCListener == nil && (c.GRPCMaxConnectionAge > 0 || c.GRPCMaxConnectionAgeGrace > 0) {
+		errs = append(errs, errors.New("--grpc-max-connection-age applies to the gRPC port only: set --grpc-listen too"))
 	}
 	return errors.Join(errs...)
 }
@@ -210,6 +231,17 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 		p.finish("listen failed")
 		return err
 	}
+	if cfg.GRPCListen != "" || cfg.GRPCListener != nil {
+		gln, err := listenGRPC(ctx, cfg)
+		if err != nil {
+			ln.Close()
+			p.finish("listen failed")
+			return err
+		}
+		p.grpcPort = startGRPCPort(gln, cfg, p.streams)
+		log.Info("grpc port", "addr", gln.Addr().String(), "max_connection_age", cfg.GRPCMaxConnectionAge.String(),
+			"max_connection_age_grace", cfg.GRPCMaxConnectionAgeGrace.String())
+	}
 	opened := p.rec.ListenerOpen()
 	// HTTP/1.1 and h2c (prior knowledge) on the one port: gRPC streams and
 	// an ingress's h2c backend connections (Traefik's serversscheme h2c)
@@ -274,6 +306,11 @@ func serve(ctx context.Context, listen func(context.Context) (net.Listener, erro
 	}
 	p.terminating.Store(true)
 	p.streams.sigterm(at)
+	if (cfg.StreamDrain.Mode == DrainGoaway || cfg.RefuseOnSigterm) && !cfg.ExitOnSigterm {
+		// The gRPC port as grpc-go's GracefulStop at SIGTERM: its listener
+		// closes and its connections get GOAWAY.
+		p.grpcPort.goaway()
+	}
 	if cfg.StreamDrain.Mode == DrainGoaway && !cfg.ExitOnSigterm {
 		// GOAWAY on every HTTP/2 connection: net/http's Shutdown starts the
 		// HTTP/2 server's graceful shutdown (h2_bundle.go,
@@ -340,6 +377,7 @@ type server struct {
 	clk         clock.Clock
 	rec         *Recorder
 	streams     *streamHub
+	grpcPort    *grpcPort // nil without --grpc-listen
 	log         *slog.Logger
 	podValue    []string // shared header value; net/http never mutates it
 	terminating atomic.Bool
@@ -377,6 +415,12 @@ func (p *server) waitToListen(ctx context.Context, sigterm <-chan struct{}) bool
 func (p *server) shutdown(ctx context.Context, srv *http.Server) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
 	defer cancel()
+	grpcDone := make(chan struct{})
+	go func() {
+		defer close(grpcDone)
+		p.grpcPort.drain(ctx, p.cfg.ShutdownTimeout)
+	}()
+	defer func() { <-grpcDone }()
 	err := srv.Shutdown(ctx)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
@@ -402,6 +446,7 @@ func (p *server) endStreams(ctx context.Context) {
 // --stream-drain none), then every connection is closed.
 func (p *server) stop(ctx context.Context, srv *http.Server) {
 	p.endStreams(context.WithoutCancel(ctx))
+	p.grpcPort.stop()
 	srv.Close()
 }
 
@@ -437,11 +482,17 @@ func (p *server) connContext(ctx context.Context, c net.Conn) context.Context {
 
 // peerAddr is the connection's remote IP (the port is dropped: one peer is
 // one address, however many connections it opens).
-func peerAddr(c net.Conn) netip.Addr {
-	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+func peerAddr(c net.Conn) netip.Addr { return addrOf(c.RemoteAddr()) }
+
+// addrOf is a remote address's IP.
+func addrOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
 		return ta.AddrPort().Addr().Unmap()
 	}
-	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if a == nil {
+		return netip.Addr{}
+	}
+	ap, err := netip.ParseAddrPort(a.String())
 	if err != nil {
 		return netip.Addr{}
 	}

@@ -282,11 +282,27 @@ func newStreamHub(cfg Config, clk clock.Clock, rec *Recorder) *streamHub {
 // watcher is the handler type of streamsDesc.
 type watcher interface {
 	watch(grpc.ServerStream) error
+	hello(context.Context, *emptypb.Empty) (*wrapperspb.StringValue, error)
 }
 
 var streamsDesc = grpc.ServiceDesc{
 	ServiceName: GRPCService,
 	HandlerType: (*watcher)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Hello",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			in := new(emptypb.Empty)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			if icpt == nil {
+				return srv.(watcher).hello(ctx, in)
+			}
+			return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: GRPCHello}, func(ctx context.Context, req any) (any, error) {
+				return srv.(watcher).hello(ctx, req.(*emptypb.Empty))
+			})
+		},
+	}},
 	Streams: []grpc.StreamDesc{{
 		StreamName:    "Watch",
 		ServerStreams: true,

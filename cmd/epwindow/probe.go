@@ -30,6 +30,9 @@ const (
 	flagStreamDrain       = "stream-drain"
 	flagStreamInterval    = "stream-interval"
 	flagMaxStreamRecords  = "max-stream-records"
+	flagGRPCListen        = "grpc-listen"
+	flagGRPCMaxConnAge    = "grpc-max-connection-age"
+	flagGRPCMaxConnGrace  = "grpc-max-connection-age-grace"
 )
 
 func probeCommand() *cli.Command {
@@ -101,6 +104,9 @@ read-only root filesystem. Logs are JSON lines on stderr, one per state change
 			&cli.StringFlag{Name: flagStreamDrain, Value: string(probe.DrainNone), Usage: "open WebSocket/gRPC streams at termination: none (reset at exit), close (at SIGTERM), close-jittered=DUR (spread over DUR), goaway (GOAWAY / 1001, streams end at exit)"},
 			&cli.DurationFlag{Name: flagStreamInterval, Value: probe.DefaultStreamInterval, Usage: "period of the message on each open stream"},
 			&cli.IntFlag{Name: flagMaxStreamRecords, Value: probe.DefaultMaxStreamRecords, Usage: "ended streams recorded individually in /timeline; older ones are only counted"},
+			&cli.StringFlag{Name: flagGRPCListen, Usage: "also serve gRPC (Hello, Watch) on this TCP address with grpc-go's own server, so --grpc-max-connection-age applies (empty: only on --listen, over h2c)"},
+			&cli.DurationFlag{Name: flagGRPCMaxConnAge, Usage: "grpc-go MaxConnectionAge on the --grpc-listen port: GOAWAY to each connection at this age (±10%), so DNS clients re-resolve (0: never)"},
+			&cli.DurationFlag{Name: flagGRPCMaxConnGrace, Usage: "grpc-go MaxConnectionAgeGrace: how long calls may go on after that GOAWAY before the connection is closed (0: no limit)"},
 		},
 		Action: runProbe,
 	}
@@ -123,6 +129,10 @@ func probeConfig(c *cli.Context) (probe.Config, error) {
 		ShutdownTimeout:   c.Duration(flagShutdownTimeout),
 		StreamInterval:    c.Duration(flagStreamInterval),
 		MaxStreamRecords:  c.Int(flagMaxStreamRecords),
+		GRPCListen:        c.String(flagGRPCListen),
+
+		GRPCMaxConnectionAge:      c.Duration(flagGRPCMaxConnAge),
+		GRPCMaxConnectionAgeGrace: c.Duration(flagGRPCMaxConnGrace),
 	}
 	drain, err := probe.ParseStreamDrain(c.String(flagStreamDrain))
 	if err != nil {
