@@ -4,8 +4,10 @@ import (
 	"crypto/tls"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -74,10 +76,20 @@ func (c Config) Validate() error {
 	if err != nil {
 		return fmt.Errorf("--url %q: %w", c.URL, err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("--url %q: scheme must be http or https", c.URL)
-	}
-	if u.Host == "" {
+	switch {
+	case u.Scheme == SchemeDNS:
+		// dns://[SERVER]/NAME:PORT, grpc-go's target syntax (the
+		// authority, if any, is the DNS server to ask).
+		name := strings.TrimPrefix(u.Path, "/")
+		if _, port, err := net.SplitHostPort(name); err != nil || port == "" {
+			return fmt.Errorf("--url %q: a gRPC target is dns:///NAME:PORT (or dns://DNS-SERVER/NAME:PORT)", c.URL)
+		}
+		if c.Method == http.MethodPost {
+			return fmt.Errorf("--load-method POST: a gRPC --url (%s) makes unary calls, which have no method", c.URL)
+		}
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("--url %q: scheme must be http, https or dns (gRPC)", c.URL)
+	case u.Host == "":
 		return fmt.Errorf("--url %q: no host", c.URL)
 	}
 	if math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate <= 0 {
@@ -97,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// isGRPC reports whether rawURL is a gRPC target (SchemeDNS).
+func isGRPC(rawURL string) bool { return strings.HasPrefix(rawURL, SchemeDNS+":") }
 
 // withDefaults fills the zero optional fields.
 func (c Config) withDefaults() Config {

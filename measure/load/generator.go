@@ -42,6 +42,7 @@ type Generator struct {
 	url    string
 	pacer  ConstantPacer
 	client *http.Client
+	grpc   *grpcClient // the gRPC mode (a dns:// URL); nil for HTTP
 	sem    chan struct{}
 
 	running atomic.Bool
@@ -90,6 +91,14 @@ func New(cfg Config, clk clock.PassiveClock) (*Generator, error) {
 		pods:     map[string]*PodStats{},
 		failures: newFailureRing(cfg.FailureHistory),
 		pending:  map[uint64]time.Time{},
+	}
+	if isGRPC(cfg.URL) {
+		c, err := newGRPCClient(cfg, clk)
+		if err != nil {
+			return nil, err
+		}
+		g.grpc = c
+		return g, nil
 	}
 	g.client = &http.Client{
 		Transport: newTransport(cfg),
@@ -142,6 +151,10 @@ func (g *Generator) Run(ctx context.Context) error {
 	g.dispatched.Store(start.UnixNano())
 	defer g.dispatched.Store(math.MaxInt64)
 
+	if g.grpc != nil {
+		// After the calls in flight (deferred below, so run first).
+		defer g.grpc.close()
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	// Requests in flight outlive ctx so that the last ones are classified
@@ -225,6 +238,10 @@ const postBody = "epwindow\n"
 func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 	began := g.clk.Now()
 	g.lag.add(began.Sub(scheduled))
+	if g.grpc != nil {
+		g.hitGRPC(ctx, scheduled, began)
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 
@@ -286,7 +303,7 @@ func (g *Generator) hit(ctx context.Context, scheduled time.Time) {
 		g.finish(scheduled, began, statusKind(resp.StatusCode))
 	default:
 		pod, ns := probeStamp(resp.Header, head[:n])
-		g.succeed(scheduled, began, s, r, pod, ns)
+		g.succeed(scheduled, began, s, r, pod, ns, "")
 	}
 }
 
@@ -317,8 +334,8 @@ func (g *Generator) finish(scheduled, began time.Time, kind string) {
 
 // succeed records a 2xx response whose request went out at s and whose first
 // byte came back at r, from pod ("" if none said) whose clock read ns (0 if
-// unknown).
-func (g *Generator) succeed(scheduled, began, s, r time.Time, pod string, ns int64) {
+// unknown), at addr (the gRPC mode's peer; "" for HTTP).
+func (g *Generator) succeed(scheduled, began, s, r time.Time, pod string, ns int64, addr string) {
 	g.latency.add(g.clk.Since(began))
 	// Counted last (defers run after the unlock below), so whoever reads
 	// OK == n also finds all n responses in the per-pod stats.
@@ -350,6 +367,9 @@ func (g *Generator) succeed(scheduled, began, s, r time.Time, pod string, ns int
 	}
 	if r.After(ps.Last) {
 		ps.LastSent, ps.Last = s, r
+		if addr != "" {
+			ps.Addr = addr
+		}
 	}
 	if hasTime {
 		ps.Skew = merge(ps.Skew, sample(s, r, p))
@@ -395,6 +415,15 @@ func (g *Generator) recordFailure(at time.Time, kind string) {
 	g.mu.Lock()
 	g.failures.add(at, kind)
 	g.mu.Unlock()
+}
+
+// GRPCLog is the gRPC mode's log so far (see GRPCLog); ok is false for
+// HTTP load.
+func (g *Generator) GRPCLog() (GRPCLog, bool) {
+	if g.grpc == nil {
+		return GRPCLog{}, false
+	}
+	return g.grpc.log.snapshot(), true
 }
 
 // Pod returns what was seen of pod (by its X-Epwindow-Pod name); ok is false

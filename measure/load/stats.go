@@ -47,6 +47,9 @@ type PodStats struct {
 	// between LastSent and Last).
 	FirstSent, First time.Time
 	LastSent, Last   time.Time
+	// Addr is the address the last response came from (the gRPC mode's
+	// peer; empty for HTTP, where it is the ingress's).
+	Addr string
 	// Skew is the tightest clock-offset estimate from this pod's responses;
 	// Skew.Samples is 0 if none carried a readable clock.
 	Skew Estimate

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,79 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/epwindow/epwindow/internal/dnstest"
 )
 
-// zone is what the test DNS server answers for one name: its addresses
-// (A or AAAA by family), the TTL, and an rcode other than success.
-type zone struct {
-	mu    sync.Mutex
-	addrs []netip.Addr
-	ttl   uint32
-	rcode int
-	// truncateUDP sets TC on every UDP answer with more than this many
-	// records (0: never), as a server does past 512 bytes.
-	truncateUDP int
-	queries     int
-}
-
-func (z *zone) set(addrs ...netip.Addr) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	z.addrs = addrs
-}
-
-func (z *zone) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	z.queries++
-	m := new(dns.Msg)
-	m.SetReply(req)
-	m.Authoritative = true
-	q := req.Question[0]
-	switch {
-	case z.rcode != dns.RcodeSuccess:
-		m.Rcode = z.rcode
-	case q.Name != "probe.ns.svc.cluster.local.":
-		m.Rcode = dns.RcodeNameError
-	default:
-		for _, a := range z.addrs {
-			hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Ttl: z.ttl}
-			switch {
-			case a.Is4() && q.Qtype == dns.TypeA:
-				hdr.Rrtype = dns.TypeA
-				m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: a.AsSlice()})
-			case a.Is6() && q.Qtype == dns.TypeAAAA:
-				hdr.Rrtype = dns.TypeAAAA
-				m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: a.AsSlice()})
-			}
-		}
-		if _, udp := w.RemoteAddr().(*net.UDPAddr); udp && z.truncateUDP > 0 && len(m.Answer) > z.truncateUDP {
-			m.Answer, m.Truncated = nil, true
-		}
-	}
-	_ = w.WriteMsg(m)
-}
-
-// serveZone starts a real DNS server on loopback over UDP and TCP (one
-// port) and returns its address.
-func serveZone(t *testing.T, z *zone) string {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []*dns.Server{{PacketConn: pc, Handler: z}, {Listener: l, Handler: z}} {
-		started := make(chan struct{})
-		s.NotifyStartedFunc = func() { close(started) }
-		go func() { _ = s.ActivateAndServe() }()
-		<-started
-		t.Cleanup(func() { _ = s.Shutdown() })
-	}
-	return pc.LocalAddr().String()
+// newZone is the test DNS server's zone: the name newTestDNS asks.
+func newZone(ttl uint32, addrs ...netip.Addr) *dnstest.Zone {
+	return &dnstest.Zone{Name: "probe.ns.svc.cluster.local.", TTL: ttl, Addrs: addrs}
 }
 
 func newTestDNS(t *testing.T, servers ...string) *dnsObserver {
@@ -100,8 +33,8 @@ func newTestDNS(t *testing.T, servers ...string) *dnsObserver {
 
 func TestDNSObserverListsAnswers(t *testing.T) {
 	a, b, c := netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("10.244.2.7"), netip.MustParseAddr("fd00::9")
-	z := &zone{addrs: []netip.Addr{a, b, c}, ttl: 30}
-	addr := serveZone(t, z)
+	z := newZone(30, a, b, c)
+	addr := dnstest.Serve(t, z)
 	for _, srv := range []string{addr, "udp://" + addr, "tcp://" + addr} {
 		obs := newTestDNS(t, srv)
 		snap, err := obs.Poll(context.Background())
@@ -127,9 +60,7 @@ func TestDNSObserverListsAnswers(t *testing.T) {
 	// setting, and the range says a cache counted it down.
 	obs := newTestDNS(t, addr)
 	for _, ttl := range []uint32{12, 30, 4} {
-		z.mu.Lock()
-		z.ttl = ttl
-		z.mu.Unlock()
+		z.SetTTL(ttl)
 		if _, err := obs.Poll(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -143,8 +74,8 @@ func TestDNSObserverListsAnswers(t *testing.T) {
 // there, or an empty answer) is a reading that lists nothing; a server
 // failure or no server is a blind reading, never a removal.
 func TestDNSObserverAnswerCodes(t *testing.T) {
-	z := &zone{ttl: 5}
-	addr := serveZone(t, z)
+	z := newZone(5)
+	addr := dnstest.Serve(t, z)
 	obs := newTestDNS(t, addr)
 	ctx := context.Background()
 
@@ -160,9 +91,7 @@ func TestDNSObserverAnswerCodes(t *testing.T) {
 	if r := snap.Replicas[0]; r.Err != nil || len(r.Upstreams) != 0 {
 		t.Errorf("NXDOMAIN: %+v, want a reading listing nothing", r)
 	}
-	z.mu.Lock()
-	z.rcode = dns.RcodeServerFailure
-	z.mu.Unlock()
+	z.SetRcode(dns.RcodeServerFailure)
 	snap, _ = obs.Poll(ctx)
 	if r := snap.Replicas[0]; r.Err == nil || !strings.Contains(r.Err.Error(), "SERVFAIL") {
 		t.Errorf("SERVFAIL: %+v, want a blind reading naming SERVFAIL", r)
@@ -186,9 +115,7 @@ func TestDNSObserverAnswerCodes(t *testing.T) {
 	if err := PreflightDNS(ctx, none); !errors.Is(err, ErrDNSNoAnswer) || !strings.Contains(err.Error(), dead) {
 		t.Errorf("preflight with no server: %v", err)
 	}
-	z.mu.Lock()
-	z.rcode = dns.RcodeSuccess
-	z.mu.Unlock()
+	z.SetRcode(dns.RcodeSuccess)
 	if err := PreflightDNS(ctx, wrong); err != nil {
 		t.Errorf("preflight with NXDOMAIN: %v, want nil (the run's Service is created later)", err)
 	}
@@ -201,8 +128,9 @@ func TestDNSObserverRetriesTruncatedOverTCP(t *testing.T) {
 	for i := range 100 {
 		addrs = append(addrs, netip.AddrFrom4([4]byte{10, 244, byte(i / 200), byte(1 + i%200)}))
 	}
-	z := &zone{addrs: addrs, ttl: 30, truncateUDP: 20}
-	obs := newTestDNS(t, serveZone(t, z))
+	z := newZone(30, addrs...)
+	z.TruncateUDP = 20
+	obs := newTestDNS(t, dnstest.Serve(t, z))
 	snap, _ := obs.Poll(context.Background())
 	if r := snap.Replicas[0]; r.Err != nil || len(r.Upstreams) != len(addrs) {
 		t.Fatalf("truncated: %d upstreams (err %v), want %d", len(r.Upstreams), r.Err, len(addrs))
@@ -213,8 +141,8 @@ func TestDNSObserverRetriesTruncatedOverTCP(t *testing.T) {
 // answer that held the address and the first that did not.
 func TestDNSObserverRemovalThroughTracker(t *testing.T) {
 	a, b := netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("10.244.2.7")
-	z := &zone{addrs: []netip.Addr{a, b}, ttl: 5}
-	obs := newTestDNS(t, serveZone(t, z))
+	z := newZone(5, a, b)
+	obs := newTestDNS(t, dnstest.Serve(t, z))
 	tr := NewTracker(obs, nil, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -223,7 +151,7 @@ func TestDNSObserverRemovalThroughTracker(t *testing.T) {
 	target := netip.AddrPortFrom(a, 8080)
 	waitFor(t, func() bool { return len(tr.Removals(target)) == 1 })
 	removedAt := time.Now()
-	z.set(b)
+	z.Set(b)
 	waitFor(t, func() bool { gone, _ := tr.Gone(target); return gone })
 	cancel()
 	<-done
