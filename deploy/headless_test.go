@@ -1,8 +1,10 @@
 package deploy
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -49,5 +51,23 @@ func TestRenderHeadless(t *testing.T) {
 	p.Name = strings.Repeat("a", 60)
 	if _, err := Render(p); err == nil || !strings.Contains(err.Error(), "--name") {
 		t.Errorf("60-char name with headless: %v", err)
+	}
+}
+
+// The gRPC port: the probe's --grpc-listen (and its connection age) and a
+// container port named grpc, the one after the main port.
+func TestRenderGRPCPort(t *testing.T) {
+	p := testParams()
+	p.Headless, p.GRPC, p.GRPCMaxConnectionAge = true, true, 1500*time.Millisecond
+	c := container(mustRender(t, p).Deployment)
+	if !slices.Contains(c.Command, "--grpc-listen=:8081") || !slices.Contains(c.Command, "--grpc-max-connection-age=1.5s") {
+		t.Errorf("command %q lacks the gRPC port and its age", c.Command)
+	}
+	if len(c.Ports) != 2 || c.Ports[1].Name != "grpc" || c.Ports[1].ContainerPort != 8081 {
+		t.Errorf("ports %+v, want http 8080 and grpc 8081", c.Ports)
+	}
+	p.GRPC = false
+	if _, err := Render(p); err == nil || !strings.Contains(err.Error(), "--grpc-max-connection-age") {
+		t.Errorf("an age without the gRPC port: %v", err)
 	}
 }

@@ -125,6 +125,11 @@ type Params struct {
 	// ready in its slice, and in DNS, until the pod is gone (what EPW012
 	// warns about), to measure how much longer that is.
 	HeadlessPublishNotReady bool
+	// GRPC opens the probe's own gRPC port (GRPCPort: --grpc-listen), where
+	// grpc-go's server applies GRPCMaxConnectionAge (--grpc-max-connection-age,
+	// 0: none): the port a gRPC client resolving the headless Service calls.
+	GRPC                 bool
+	GRPCMaxConnectionAge time.Duration
 	// RunID, when set, is the LabelRunID value on every object and pod, and
 	// part of the pods' selector.
 	RunID string
@@ -197,6 +202,12 @@ func (p Params) Validate() error {
 	}
 	if p.GracePeriod < 0 {
 		return fmt.Errorf("--grace (%s) must not be negative", p.GracePeriod)
+	}
+	if p.GRPCMaxConnectionAge < 0 {
+		return fmt.Errorf("--grpc-max-connection-age (%s) must not be negative", p.GRPCMaxConnectionAge)
+	}
+	if p.GRPCMaxConnectionAge > 0 && !p.GRPC {
+		return fmt.Errorf("--grpc-max-connection-age (%s) needs the probe's gRPC port (--grpc-dns-rate)", p.GRPCMaxConnectionAge)
 	}
 	if p.GraceMargin < 0 {
 		return fmt.Errorf("--grace-margin (%s) must not be negative", p.GraceMargin)
@@ -405,6 +416,9 @@ func (p Params) apply(wl *Workload) error {
 	if !found {
 		return fmt.Errorf("container %q has no port named http", ProbeContainer)
 	}
+	if p.GRPC {
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: "grpc", ContainerPort: p.GRPCPort(), Protocol: corev1.ProtocolTCP})
+	}
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil {
 		return fmt.Errorf("container %q has no httpGet readiness probe", ProbeContainer)
 	}
@@ -466,7 +480,8 @@ func PreStopPath(d time.Duration) string {
 
 // probeFlags are the probe flags Render owns: any occurrence in the
 // manifest's command is replaced by the run's value.
-var probeFlags = []string{"--listen", "--listen-delay", "--hold", "--exit-on-sigterm", "--clock-offset", "--stream-drain"}
+var probeFlags = []string{"--listen", "--listen-delay", "--hold", "--exit-on-sigterm", "--clock-offset", "--stream-drain",
+	"--grpc-listen", "--grpc-max-connection-age"}
 
 // command returns the manifest's command without the flags Render owns,
 // followed by the run's values of those flags.
@@ -501,8 +516,18 @@ func (p Params) command(base []string) []string {
 	if p.StreamDrain != "" {
 		out = append(out, "--stream-drain="+p.StreamDrain)
 	}
+	if p.GRPC {
+		out = append(out, fmt.Sprintf("--grpc-listen=:%d", p.GRPCPort()))
+		if p.GRPCMaxConnectionAge > 0 {
+			out = append(out, "--grpc-max-connection-age="+p.GRPCMaxConnectionAge.String())
+		}
+	}
 	return out
 }
+
+// GRPCPort is the probe's gRPC port (Params.GRPC): the one after its
+// main port.
+func (p Params) GRPCPort() int32 { return p.port() + 1 }
 
 // AnnotationTraefikScheme is the Service annotation by which Traefik picks
 // the scheme it speaks to the endpoints; h2c (HTTP/2 without TLS) is what

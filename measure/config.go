@@ -46,27 +46,32 @@ const (
 	// FlagDNSPublishNotReady sets publishNotReadyAddresses on --dns's
 	// headless Service.
 	FlagDNSPublishNotReady = "dns-publish-not-ready"
-	FlagRate               = "rate"
-	FlagKeepAlive          = "keepalive"
-	FlagHold               = "hold"
-	FlagQuietPeriod        = "quiet-period"
-	FlagImage              = "image"
-	FlagOut                = "out"
-	FlagKeep               = "keep"
-	FlagNamespace          = "namespace"
-	FlagGraceMargin        = "grace-margin"
-	FlagMaxSkew            = "max-skew-uncertainty"
-	FlagSettle             = "settle-timeout"
-	FlagPreStop            = "prestop"
-	FlagPreStopSleep       = "prestop-sleep"
-	FlagExitOnTerm         = "exit-on-sigterm"
-	FlagClockOffset        = "probe-clock-offset"
-	FlagListenDelay        = "listen-delay"
-	FlagReadiness          = "readiness"
-	FlagDrain              = "drain"
-	FlagDeregDelay         = "deregistration-delay"
-	FlagLoadMethod         = "load-method"
-	FlagStopOnBlind        = "stop-on-blind-observer"
+	// FlagGRPCDNSRate adds a gRPC client that resolves --dns's headless
+	// Service (grpc-go's dns resolver and round_robin), and
+	// FlagGRPCMaxConnectionAge the probe's MaxConnectionAge for it.
+	FlagGRPCDNSRate          = "grpc-dns-rate"
+	FlagGRPCMaxConnectionAge = "grpc-max-connection-age"
+	FlagRate                 = "rate"
+	FlagKeepAlive            = "keepalive"
+	FlagHold                 = "hold"
+	FlagQuietPeriod          = "quiet-period"
+	FlagImage                = "image"
+	FlagOut                  = "out"
+	FlagKeep                 = "keep"
+	FlagNamespace            = "namespace"
+	FlagGraceMargin          = "grace-margin"
+	FlagMaxSkew              = "max-skew-uncertainty"
+	FlagSettle               = "settle-timeout"
+	FlagPreStop              = "prestop"
+	FlagPreStopSleep         = "prestop-sleep"
+	FlagExitOnTerm           = "exit-on-sigterm"
+	FlagClockOffset          = "probe-clock-offset"
+	FlagListenDelay          = "listen-delay"
+	FlagReadiness            = "readiness"
+	FlagDrain                = "drain"
+	FlagDeregDelay           = "deregistration-delay"
+	FlagLoadMethod           = "load-method"
+	FlagStopOnBlind          = "stop-on-blind-observer"
 	// FlagInClusterLoad and FlagInClusterRate set the in-cluster load
 	// runners: how many, and each one's requests per second.
 	FlagInClusterLoad = "in-cluster-load"
@@ -128,6 +133,16 @@ type Config struct {
 	// Service (--dns-publish-not-ready): DNS then answers a deleted pod
 	// until it is gone, and the trial runs into the hold.
 	DNSPublishNotReady bool
+	// GRPCDNSRate, when above 0, runs a gRPC client beside the load: calls
+	// at this rate to the probe's gRPC port through grpc-go's dns resolver
+	// (asking the first --dns-server) and round_robin, as a gRPC service's
+	// clients reach a headless Service (--grpc-dns-rate). Each trial records
+	// its last call to the deleted pod (grpc_last_routed) and what ended
+	// its use of the address (results.GRPCTrial). GRPCMaxConnectionAge is
+	// the probe's grpc-go MaxConnectionAge (--grpc-max-connection-age;
+	// 0: none, grpc-go's default).
+	GRPCDNSRate          float64
+	GRPCMaxConnectionAge time.Duration
 	// ClusterDomain is the cluster's DNS domain (--cluster-domain); ""
 	// means cluster.local, the kubelet's and kubeadm's default.
 	ClusterDomain string
@@ -259,6 +274,21 @@ func (c *Config) Validate() error {
 	}
 	if c.DNSPublishNotReady && (!c.DNS || c.DNSOptions.Name != "") {
 		add("--%s needs --%s and the run's own headless Service (no --%s)", FlagDNSPublishNotReady, FlagDNS, upstream.FlagDNSName)
+	}
+	if c.GRPCDNSRate != 0 {
+		switch {
+		case math.IsNaN(c.GRPCDNSRate) || c.GRPCDNSRate < 0 || c.GRPCDNSRate > load.MaxRate:
+			add("--%s (%g) must be above 0 and at most %d calls per second", FlagGRPCDNSRate, c.GRPCDNSRate, load.MaxRate)
+		case !c.DNS || c.DNSOptions.Name != "":
+			add("--%s needs --%s and the run's own headless Service (no --%s): the gRPC client resolves it", FlagGRPCDNSRate, FlagDNS, upstream.FlagDNSName)
+		case len(c.DNSOptions.Servers) == 0:
+			add("--%s needs --%s: the gRPC client runs here and asks that server (the kube-dns pods are reached by port-forward, which grpc-go's resolver cannot use)", FlagGRPCDNSRate, upstream.FlagDNSServer)
+		}
+	}
+	if c.GRPCMaxConnectionAge < 0 {
+		add("--%s (%s) must not be negative", FlagGRPCMaxConnectionAge, c.GRPCMaxConnectionAge)
+	} else if c.GRPCMaxConnectionAge > 0 && c.GRPCDNSRate == 0 {
+		add("--%s needs --%s: it is the probe's gRPC port's", FlagGRPCMaxConnectionAge, FlagGRPCDNSRate)
 	}
 	if c.DNSOptions.Interval < 0 {
 		add("--%s (%s) must not be negative", upstream.FlagDNSInterval, c.DNSOptions.Interval)

@@ -34,6 +34,15 @@ func TestConfigValidate(t *testing.T) {
 		{"dns", func(c *Config) { c.DNS, c.DNSOptions.Servers = true, []string{"10.96.0.10"} }, ""},
 		{"publish not ready without --dns", func(c *Config) { c.DNSPublishNotReady = true }, "--dns-publish-not-ready needs --dns"},
 		{"publish not ready with --dns", func(c *Config) { c.DNS, c.DNSPublishNotReady = true, true }, ""},
+		{"grpc without --dns", func(c *Config) { c.GRPCDNSRate = 10 }, "--grpc-dns-rate needs --dns"},
+		{"grpc without a server", func(c *Config) { c.DNS, c.GRPCDNSRate = true, 10 }, "--grpc-dns-rate needs --dns-server"},
+		{"grpc with a server", func(c *Config) {
+			c.DNS, c.GRPCDNSRate, c.DNSOptions.Servers = true, 10, []string{"10.96.0.10"}
+		}, ""},
+		{"grpc rate too high", func(c *Config) {
+			c.DNS, c.GRPCDNSRate, c.DNSOptions.Servers = true, 1e9, []string{"10.96.0.10"}
+		}, "--grpc-dns-rate (1e+09) must be above 0"},
+		{"age without grpc", func(c *Config) { c.GRPCMaxConnectionAge = time.Second }, "--grpc-max-connection-age needs --grpc-dns-rate"},
 		{"negative dns interval", func(c *Config) { c.DNS, c.DNSOptions.Interval = true, -time.Second }, "--dns-interval (-1s) must not be negative"},
 		{"unknown mode", func(c *Config) { c.Mode = "chaos" }, `--mode "chaos"`},
 		{"no url", func(c *Config) { c.URL = nil }, "--url is required"},

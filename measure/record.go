@@ -42,8 +42,10 @@ type trialInput struct {
 	skewOK        bool
 	clientLast    load.PodStats
 	clientOK      bool
-	failures      map[string]int
-	maxSkew       time.Duration
+	// grpc is the gRPC DNS client's side (--grpc-dns-rate; nil without).
+	grpc     *grpcInput
+	failures map[string]int
+	maxSkew  time.Duration
 	// reasons are the faults follow saw (a stall, a broken watch, the
 	// hold); buildRecord adds what the data itself shows.
 	reasons []results.Reason
@@ -131,6 +133,9 @@ func buildRecord(in trialInput) *results.Record {
 	if in.clientOK {
 		add(results.StageClientLastRouted, "", in.clientLast.Last, in.clientLast.Last.Sub(in.clientLast.LastSent), results.ClockTool)
 	}
+	// GRPCLastRouted: the gRPC DNS client's last call the pod answered,
+	// tool clock, with what ended its use of the address.
+	rec.GRPC = grpcTrial(in.grpc, in.t0, add)
 
 	// Pod-clock stages: the probe's record, corrected by the skew estimate.
 	if !in.skewOK {

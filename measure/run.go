@@ -69,6 +69,8 @@ type runner struct {
 	dnsTracker *upstream.Tracker
 	heartbeat  *heartbeat
 	gen        *load.Generator
+	// grpcGen is the gRPC DNS client (--grpc-dns-rate; nil without).
+	grpcGen *load.Generator
 	// streams holds --streams streams (nil without).
 	streams  *load.StreamHolder
 	probes   probeAPI
@@ -138,6 +140,7 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 		ListenDelay: cfg.ProbeListenDelay, NoReadiness: cfg.NoReadiness,
 	}
 	r.params.Headless, r.params.HeadlessPublishNotReady = cfg.DNS, cfg.DNSPublishNotReady
+	r.params.GRPC, r.params.GRPCMaxConnectionAge = cfg.GRPCDNSRate > 0, cfg.GRPCMaxConnectionAge
 	if cfg.Streams.N > 0 {
 		r.params.StreamDrain = cfg.Streams.Drain.String()
 		r.params.H2C = cfg.Streams.Protocol == load.ProtocolGRPC
@@ -309,6 +312,11 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 	if err := r.waitSteady(ctx); err != nil {
 		return err
 	}
+	if cfg.GRPCDNSRate > 0 {
+		if err := r.startGRPC(ctx, g.Go); err != nil {
+			return err
+		}
+	}
 	if cfg.Streams.N > 0 {
 		if err := r.startStreams(ctx, g.Go); err != nil {
 			return err
@@ -321,7 +329,7 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 		Mode:    string(cfg.Mode), Namespace: r.ns, Replicas: int(cfg.Replicas), Rate: cfg.Rate, Keepalive: cfg.KeepAlive,
 		DrainNS: int64(cfg.Drain), DeregistrationDelayNS: int64(cfg.DeregistrationDelay), Flags: cfg.Flags, HoldNS: int64(cfg.PreStopSleep + cfg.Hold),
 		InClusterLoad: cfg.InClusterLoad, InClusterRate: cfg.InClusterRate,
-		Route: results.Route{Kind: results.RouteKindIngress},
+		Route: results.Route{Kind: results.RouteKindIngress}, GRPCDNS: r.grpcHeader(),
 	}
 	if r.wl.HTTPRoute != nil {
 		h.Route = results.Route{Kind: results.RouteKindHTTPRoute, Gateway: r.gateway.Ref.String(),

@@ -43,23 +43,36 @@ const steadyPoll = 100 * time.Millisecond
 // by every observed upstream, and each has served load since the wait began.
 func (r *runner) waitSteady(ctx context.Context) error {
 	start := r.cfg.Clock.Now()
+	// Each runner's response count per probe pod at its first look: a pod
+	// is steady on the ClusterIP path once some runner's count grew.
+	base := map[string]int64{}
+	return r.pollSteady(ctx, func() (string, error) {
+		why := r.steadyState(start)
+		if why != "" {
+			return why, nil
+		}
+		pods, err := r.steadyPods()
+		if err != nil {
+			return "", err
+		}
+		return r.runnersSteady(ctx, pods, base)
+	}, func(why string) error {
+		return fmt.Errorf("no steady state after %s (--%s): %s", r.cfg.SettleTimeout, FlagSettle, why)
+	})
+}
+
+// pollSteady calls check every steadyPoll until it says nothing is
+// missing (""), reporting what is, and gives up with timedOut after the
+// settle timeout.
+func (r *runner) pollSteady(ctx context.Context, check func() (string, error), timedOut func(why string) error) error {
 	deadline := r.cfg.Clock.NewTimer(r.cfg.SettleTimeout)
 	defer deadline.Stop()
 	tick := r.cfg.Clock.NewTicker(steadyPoll)
 	defer tick.Stop()
-	// Each runner's response count per probe pod at its first look: a pod
-	// is steady on the ClusterIP path once some runner's count grew.
-	base := map[string]int64{}
 	for {
-		why := r.steadyState(start)
-		if why == "" {
-			pods, err := r.steadyPods()
-			if err != nil {
-				return err
-			}
-			if why, err = r.runnersSteady(ctx, pods, base); err != nil {
-				return err
-			}
+		why, err := check()
+		if err != nil {
+			return err
 		}
 		if why == "" {
 			return nil
@@ -69,7 +82,7 @@ func (r *runner) waitSteady(ctx context.Context) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-deadline.C():
-			return fmt.Errorf("no steady state after %s (--%s): %s", r.cfg.SettleTimeout, FlagSettle, why)
+			return timedOut(why)
 		case <-tick.C():
 		}
 	}

@@ -289,6 +289,11 @@ wait:
 		return nil, err
 	}
 	in.failures = r.gen.Failures(in.t0, end)
+	grpcIn, err := r.readGRPC(ctx, in.pod, in.t0, end)
+	if err != nil {
+		return nil, err
+	}
+	in.grpc = grpcIn
 	if st, ok := r.heartbeat.stalledBetween(in.t0, end); ok {
 		in.reasons = append(in.reasons, results.Reason{Code: results.ReasonAPIServerStall,
 			Detail: fmt.Sprintf("the API server did not answer from %s for %s: watch-stamped stages may be late by as much",

@@ -49,6 +49,8 @@ type Header struct {
 	// none; the fields are additive within schema 2).
 	InClusterLoad int     `json:"in_cluster_load,omitempty"`
 	InClusterRate float64 `json:"in_cluster_rate,omitempty"`
+	// GRPCDNS is the gRPC client of measure --grpc-dns-rate, if one ran.
+	GRPCDNS *GRPCDNS `json:"grpc_dns,omitempty"`
 	// KubeProxy is kube-proxy's sync figures when the run read them
 	// (additive within schema 2).
 	KubeProxy *KubeProxy `json:"kube_proxy,omitempty"`
@@ -148,4 +150,18 @@ func (h *Header) WorstResolution() time.Duration {
 		worst = max(worst, o.Resolution())
 	}
 	return worst
+}
+
+// GRPCDNS is a run's gRPC client that resolved the headless Service:
+// grpc-go's dns resolver and round_robin, calling the probe's gRPC port.
+type GRPCDNS struct {
+	// Target is its grpc-go target (dns://SERVER/NAME:PORT), Rate its calls
+	// per second.
+	Target string  `json:"target"`
+	Rate   float64 `json:"rate"`
+	// MaxConnectionAgeNS is the probe's grpc-go MaxConnectionAge (0: none).
+	MaxConnectionAgeNS int64 `json:"max_connection_age_ns,omitempty"`
+	// MinResolutionIntervalNS is grpc-go's floor between two DNS
+	// resolutions of the client (its dns resolver's MinResolutionInterval).
+	MinResolutionIntervalNS int64 `json:"min_resolution_interval_ns"`
 }

@@ -92,7 +92,7 @@ var (
 		StageLastAccept, StageLastRequest, StageContainerExit, PointWindow}}
 	// censoredPoints end with the traffic: a trial cut at the hold knows
 	// only a floor of them.
-	censoredPoints = []string{StageLastAccept, StageLastRequest, StageClientLastRouted, StageClusterLastRouted, PointWindow}
+	censoredPoints = []string{StageLastAccept, StageLastRequest, StageClientLastRouted, StageClusterLastRouted, StageGRPCLastRouted, PointWindow}
 )
 
 // reasonGroups maps each code to the stages it invalidates (nil: none).

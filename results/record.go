@@ -84,8 +84,11 @@ const (
 	StageLastAccept       = "last_accept" // keyed by peer address
 	StageLastRequest      = "last_request"
 	StageClientLastRouted = "client_last_routed"
-	StageContainerExit    = "container_exit"
-	StagePodDeleted       = "pod_deleted"
+	// StageGRPCLastRouted is the gRPC DNS client's last call answered by the
+	// pod (measure --grpc-dns-rate), tool clock.
+	StageGRPCLastRouted = "grpc_last_routed"
+	StageContainerExit  = "container_exit"
+	StagePodDeleted     = "pod_deleted"
 	// StageClusterLastRouted is keyed by runner ("pod/node"; Runner.Key).
 	StageClusterLastRouted = "cluster_last_routed"
 )
@@ -171,7 +174,49 @@ type Record struct {
 	// runners' through the ClusterIP; additive within version 2.
 	Streams        *StreamTrial `json:"streams,omitempty"`
 	ClusterStreams *StreamTrial `json:"cluster_streams,omitempty"`
-	Stages         []Stage      `json:"stages"`
+	// GRPC is what the gRPC DNS client did with the pod (measure
+	// --grpc-dns-rate); additive within version 2.
+	GRPC   *GRPCTrial `json:"grpc,omitempty"`
+	Stages []Stage    `json:"stages"`
+}
+
+// How a gRPC DNS client stopped using a deleted pod (GRPCTrial.End).
+const (
+	// GRPCEndGoaway: the server's GOAWAY ended the connection the last
+	// call went out on (MaxConnectionAge, or a graceful stop).
+	GRPCEndGoaway = "goaway"
+	// GRPCEndReset, GRPCEndEOF: the connection was reset, or closed without
+	// GOAWAY (the process exited).
+	GRPCEndReset = "reset"
+	GRPCEndEOF   = "eof"
+	// GRPCEndDNS: the client closed the connection itself when a DNS answer
+	// left the address out.
+	GRPCEndDNS = "dns"
+	// GRPCEndOpen: the connection was still open when the trial ended.
+	GRPCEndOpen = "open"
+)
+
+// GRPCTrial is the gRPC DNS client's side of one trial, on the tool's
+// clock: grpc_last_routed is its last call the pod answered; these say
+// why there were no more.
+type GRPCTrial struct {
+	// End is how the connection that carried the last call ended
+	// (GRPCEnd*), Mechanism the same in words, with what made the client
+	// ask DNS again when End is GRPCEndDNS.
+	End       string `json:"end"`
+	Mechanism string `json:"mechanism"`
+	// ConnEnded is when that connection ended, GoAway when a GOAWAY was
+	// read on it (zero: none).
+	ConnEnded time.Time `json:"conn_ended,omitzero"`
+	GoAway    time.Time `json:"goaway,omitzero"`
+	// ResolvedOut is the client's first DNS answer after T0 without the
+	// address (zero: none came while the trial ran); Resolutions counts
+	// the answers it got during the trial. grpc-go asks only after a
+	// connection is lost, at most every MinResolutionInterval.
+	ResolvedOut time.Time `json:"resolved_out,omitzero"`
+	Resolutions int       `json:"resolutions"`
+	// Failures counts the client's failed calls during the trial, by kind.
+	Failures map[string]int `json:"failures,omitempty"`
 }
 
 // Runner is one in-cluster load runner as a trial saw it: a pod that sends

@@ -24,6 +24,7 @@ var Points = []string{
 	StageLastRequest,
 	StageClientLastRouted,
 	StageClusterLastRouted,
+	StageGRPCLastRouted,
 	PointWindow,
 	StageSliceRemoved,
 	StageContainerExit,
@@ -51,6 +52,10 @@ var Deltas = []Delta{
 	// on its next sync (when the Service has other ready endpoints): this is
 	// the ClusterIP path's reaction to the slice.
 	{StageSliceNotReady, StageClusterLastRouted},
+	// A gRPC client resolving the headless Service leaves a pod when its
+	// connection ends, not when DNS drops the address (measure
+	// --grpc-dns-rate).
+	{StageSliceNotReady, StageGRPCLastRouted},
 	{StagePodTerminatingSeen, StagePrestopCalled},
 	{StagePrestopCalled, StageSigterm},
 	{StagePrestopCalled, PointWindow},

@@ -95,6 +95,13 @@ func parseDNSServer(s string) (dnsServer, error) {
 	return srv, nil
 }
 
+// DNSServerAddr is a --dns-server value's host:port (port 53 by default),
+// for a client of its own that asks the same server.
+func DNSServerAddr(s string) (string, error) {
+	srv, err := parseDNSServer(s)
+	return srv.addr, err
+}
+
 // NewDNS builds the DNS observer. Servers are checked here, so a bad
 // --dns-server fails before anything is created.
 func NewDNS(deps Deps, o DNSOptions) (Observer, error) {

@@ -1,0 +1,50 @@
+package measure
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/epwindow/epwindow/measure/load"
+	"github.com/epwindow/epwindow/results"
+)
+
+// The record names how the connection of the last call ended, and the
+// last call is grpc_last_routed with the call's round trip as uncertainty.
+func TestGRPCTrialRecord(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	const addr = "10.244.1.7:8081"
+	log := load.GRPCLog{
+		Resolutions: []load.Resolution{{At: at(-9000), Addrs: []string{addr, "10.244.2.3:8081"}}, {At: at(1500), Addrs: []string{"10.244.2.3:8081"}}},
+		ResolveNow:  []time.Time{at(1400)},
+		Conns: []load.GRPCConn{
+			{ID: 1, Addr: addr, Dialed: at(-9000), Ended: at(1400), GoAway: at(1399), GoAwayCode: "NO_ERROR", End: load.ConnEndGoaway},
+			{ID: 2, Addr: addr, Dialed: at(1401), Ended: at(1501), End: load.ConnEndClient},
+		},
+	}
+	in := &grpcInput{called: true, log: log, failures: map[string]int{"grpc_unavailable": 1},
+		last: load.PodStats{Pod: "p", LastSent: at(1450), Last: at(1452), Addr: addr}}
+	var stages []results.Stage
+	add := func(name, key string, a time.Time, unc time.Duration, c results.Clock) {
+		stages = append(stages, results.Stage{Name: name, At: a, UncertaintyNS: int64(unc), Clock: c})
+	}
+	gt := grpcTrial(in, t0, add)
+	if gt.End != results.GRPCEndDNS || !gt.ResolvedOut.Equal(at(1500)) || gt.Resolutions != 1 || !gt.ConnEnded.Equal(at(1501)) {
+		t.Errorf("record %+v, want the client's own close after the answer at +1.5s", gt)
+	}
+	if !strings.Contains(gt.Mechanism, "GOAWAY (NO_ERROR") {
+		t.Errorf("mechanism %q, want the GOAWAY that made the client ask DNS", gt.Mechanism)
+	}
+	if len(stages) != 1 || stages[0].Name != results.StageGRPCLastRouted || !stages[0].At.Equal(at(1452)) ||
+		stages[0].UncertaintyNS != int64(2*time.Millisecond) {
+		t.Errorf("stages %+v, want grpc_last_routed at +1.452s ±2ms", stages)
+	}
+
+	// No call to the pod during the trial: no stage, and the record says so.
+	stages = nil
+	in.last.Last, in.last.LastSent = at(-5000), at(-5001)
+	if gt := grpcTrial(in, t0, add); len(stages) != 0 || gt.End != "" || !strings.Contains(gt.Mechanism, "before T0") {
+		t.Errorf("a pod not called in the trial: %+v, stages %v", gt, stages)
+	}
+}
