@@ -32,8 +32,12 @@ type grpcPort struct {
 }
 
 // grpcStats records the port's connections and calls in the probe's
-// recorder, as connContext and the handler do for the main port: a
-// connection is an accept, every call a traffic request on it.
+// recorder: a connection is an accept, every call a request on it, but not
+// a traffic request. The port's clients resolve the headless Service and
+// call the pod directly; the tool times that path from its client
+// (grpc_last_routed), and the probe's traffic stages — the window — stay
+// the proxies' paths', which a preStop sleep can bound: a DNS gRPC client
+// leaves a pod only when its connection ends.
 type grpcStats struct{ rec *Recorder }
 
 type grpcConnKey struct{}
@@ -52,7 +56,7 @@ func (g grpcStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		return
 	}
 	if c, ok := ctx.Value(grpcConnKey{}).(*Conn); ok {
-		g.rec.Request(c, true)
+		g.rec.Request(c, false)
 	}
 }
 

@@ -2,6 +2,9 @@ package results
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -12,6 +15,10 @@ const (
 	// PathClusterIP is the in-cluster runners' load through the Service's
 	// ClusterIP, routed by kube-proxy on each runner's node.
 	PathClusterIP = "clusterip"
+	// PathDNSGRPC is the gRPC client that resolves the headless Service
+	// (measure --grpc-dns-rate) and calls the pods' own addresses: no
+	// proxy, its own connections.
+	PathDNSGRPC = "dns-grpc"
 )
 
 // PathSummary is one path's end of traffic over the trials, as its client
@@ -52,8 +59,12 @@ func (r *Record) RunnerAddrs() map[string]bool {
 
 // PathProbeLast is the latest last_accept offset from one path's peers:
 // the runners' addresses for PathClusterIP, every other key for
-// PathIngress.
+// PathIngress. PathDNSGRPC has none of its own: the gRPC client runs
+// beside the tool, whose address the ingress's peers may share.
 func (r *Record) PathProbeLast(path string) (time.Duration, bool) {
+	if path == PathDNSGRPC {
+		return 0, false
+	}
 	runners := r.RunnerAddrs()
 	var best time.Duration
 	found := false
@@ -69,21 +80,33 @@ func (r *Record) PathProbeLast(path string) (time.Duration, bool) {
 }
 
 // pathStage is the client-side stage that ends each path.
-var pathStage = map[string]string{PathIngress: StageClientLastRouted, PathClusterIP: StageClusterLastRouted}
+var pathStage = map[string]string{PathIngress: StageClientLastRouted, PathClusterIP: StageClusterLastRouted,
+	PathDNSGRPC: StageGRPCLastRouted}
 
-// closePaths builds SummaryDoc.Paths when some trial had runners.
+// closePaths builds SummaryDoc.Paths when some trial had another path than
+// the ingress: runners, or the gRPC DNS client.
 func (s *Summary) closePaths(o Options) {
-	hasRunners := false
+	paths := []string{PathIngress}
+	hasRunners, hasGRPC := false, false
 	for _, r := range s.records {
 		hasRunners = hasRunners || len(r.Runners) > 0
+		hasGRPC = hasGRPC || r.GRPC != nil
 	}
-	if !hasRunners {
+	if hasRunners {
+		paths = append(paths, PathClusterIP)
+	}
+	if hasGRPC {
+		paths = append(paths, PathDNSGRPC)
+	}
+	if len(paths) == 1 {
 		return
 	}
 	type acc struct{ last, afterNR, probe sample }
-	accs := map[string]*acc{PathIngress: {}, PathClusterIP: {}}
-	latest := map[string]int{}
-	compared := 0
+	accs := map[string]*acc{}
+	for _, p := range paths {
+		accs[p] = &acc{}
+	}
+	latest, compared := map[string]int{}, map[string]int{}
 	for _, r := range s.records {
 		censored := r.Censored()
 		ends := map[string]time.Duration{}
@@ -100,25 +123,34 @@ func (s *Summary) closePaths(o Options) {
 				a.probe.add(r.Trial, float64(v), censored)
 			}
 		}
-		if in, ok := ends[PathIngress]; ok {
-			if cl, ok := ends[PathClusterIP]; ok {
-				compared++
-				if cl > in {
-					latest[PathClusterIP]++
-				} else {
-					latest[PathIngress]++
+		if _, ok := ends[PathDNSGRPC]; ok && r.GRPC != nil {
+			if s.doc.GRPCEnds == nil {
+				s.doc.GRPCEnds = map[string]int{}
+			}
+			s.doc.GRPCEnds[r.GRPC.End]++
+		}
+		// The path that ended last among those this trial timed.
+		if len(ends) > 1 {
+			last := ""
+			for _, path := range paths {
+				if v, ok := ends[path]; ok {
+					compared[path]++
+					if last == "" || v > ends[last] {
+						last = path
+					}
 				}
 			}
+			latest[last]++
 		}
 	}
-	for _, path := range []string{PathIngress, PathClusterIP} {
+	for _, path := range paths {
 		a, stage := accs[path], pathStage[path]
 		s.doc.Paths = append(s.doc.Paths, PathSummary{
 			Path: path, Stage: stage,
 			Last:          newDist(stage, &a.last, o.Quantile, o.Confidence),
 			AfterNotReady: newDist(Delta{StageSliceNotReady, stage}.Name(), &a.afterNR, o.Quantile, o.Confidence),
 			ProbeLast:     newDist(StageLastAccept+"["+path+"]", &a.probe, o.Quantile, o.Confidence),
-			Latest:        latest[path], Compared: compared,
+			Latest:        latest[path], Compared: compared[path],
 		})
 	}
 }
@@ -134,10 +166,35 @@ func (d *SummaryDoc) SetsWindow() (path, sentence string) {
 		}
 	}
 	if best == nil {
-		return "", "No trial timed both the ingress path and the ClusterIP path: no comparison."
+		return "", "No trial timed more than one path: no comparison."
 	}
-	return best.Path, fmt.Sprintf("The %s path ended last in %d of %d trials that timed both paths: it sets the window, and the recommendation covers it.",
+	if best.Path == PathDNSGRPC {
+		// The probe does not count the gRPC port's calls as traffic: the
+		// window is the proxies' paths'.
+		return best.Path, fmt.Sprintf("The %s path ended last in %d of %d trials that timed it beside another path: its client leaves a pod only when its connection ends (how: below), which no preStop sleep bounds; the window and the recommendation are the other paths'.",
+			best.Path, best.Latest, best.Compared)
+	}
+	return best.Path, fmt.Sprintf("The %s path ended last in %d of %d trials that timed it beside another path: it sets the window, and the recommendation covers it.",
 		best.Path, best.Latest, best.Compared)
+}
+
+// GRPCEndsLine says how the gRPC DNS client's last connection to the
+// deleted pods ended, "" without the client.
+func (d *SummaryDoc) GRPCEndsLine() string {
+	if len(d.GRPCEnds) == 0 {
+		return ""
+	}
+	words := map[string]string{GRPCEndGoaway: "the server's GOAWAY", GRPCEndReset: "a reset", GRPCEndEOF: "a close without GOAWAY",
+		GRPCEndDNS: "the client itself after a DNS answer without the pod", GRPCEndOpen: "still open at the trial's end", "": "unknown"}
+	var parts []string
+	for _, end := range slices.Sorted(maps.Keys(d.GRPCEnds)) {
+		w := words[end]
+		if w == "" {
+			w = end
+		}
+		parts = append(parts, fmt.Sprintf("%s in %d", w, d.GRPCEnds[end]))
+	}
+	return "The dns-grpc client's connection to the deleted pod ended by " + strings.Join(parts, ", ") + " trials (grpc.end, grpc.mechanism in each trial)."
 }
 
 // pathRows renders the side-by-side table of the paths: per path its

@@ -70,7 +70,7 @@ func TestPathsSideBySide(t *testing.T) {
 		}
 		out := b.String()
 		for _, want := range []string{"side by side", "client_last_routed", "cluster_last_routed", "2/3", "1/3",
-			"The ingress path ended last in 2 of 3 trials", "refused 3"} {
+			"The ingress path ended last in 2 of 3 trials that timed it beside another path", "refused 3"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s report lacks %q:\n%s", format, want, out)
 			}
@@ -130,5 +130,49 @@ func TestRunnersRoundTrip(t *testing.T) {
 	}
 	if h := f.Header; h.Schema != SchemaVersion || SchemaVersion != 2 {
 		t.Errorf("schema %d: runner fields are additive within version 2", h.Schema)
+	}
+}
+
+// The gRPC DNS client is a path of its own beside the ingress: a run with it
+// and no runners still gets the side-by-side table, and the path that ended
+// last in each trial is counted among the paths that trial timed.
+func TestPathsDNSGRPC(t *testing.T) {
+	ms := time.Millisecond
+	trial := func(n int, ingress, grpc time.Duration) *Record {
+		r := rec(st(StageSliceNotReady, "", 50*ms), st(StagePrestopCalled, "", 10*ms), st(StageSigterm, "", 15*ms),
+			st(StageClientLastRouted, "", ingress), st(StageLastAccept, "10.244.0.1", ingress-2*ms),
+			st(StageLastRequest, "", max(ingress, grpc)-ms))
+		r.Trial = n
+		r.GRPC = &GRPCTrial{End: GRPCEndGoaway}
+		if grpc > 0 {
+			r.Stages = append(r.Stages, st(StageGRPCLastRouted, "", grpc))
+		}
+		return r
+	}
+	s := NewSummary(nil, Options{})
+	s.Add(trial(1, 3*time.Second, 9*time.Second))
+	s.Add(trial(2, 2*time.Second, 8*time.Second))
+	s.Add(trial(3, 4*time.Second, 0)) // the client did not call this pod
+	s.Close()
+	d := s.Doc()
+	if len(d.Paths) != 2 || d.Paths[1].Path != PathDNSGRPC || d.Paths[1].Stage != StageGRPCLastRouted {
+		t.Fatalf("paths = %+v, want ingress and dns-grpc", d.Paths)
+	}
+	in, g := d.Paths[0], d.Paths[1]
+	if g.Latest != 2 || g.Compared != 2 || in.Latest != 0 || in.Compared != 2 || g.Last.N != 2 || g.ProbeLast.N != 0 {
+		t.Errorf("dns-grpc %+v, ingress %+v; want dns-grpc last in 2 of 2, n 2, no probe column", g, in)
+	}
+	if p, sentence := d.SetsWindow(); p != PathDNSGRPC || !strings.Contains(sentence, "2 of 2") || !strings.Contains(sentence, "no preStop") {
+		t.Errorf("SetsWindow = %s %q", p, sentence)
+	}
+	if d.GRPCEnds[GRPCEndGoaway] != 2 || len(d.GRPCEnds) != 1 {
+		t.Errorf("grpc ends %v, want goaway in the 2 trials the client called the pod", d.GRPCEnds)
+	}
+	var b bytes.Buffer
+	if err := Reporters["text"](s)(&b); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "dns-grpc") || !strings.Contains(out, "GOAWAY in 2 trials") {
+		t.Errorf("text report lacks the dns-grpc path or its ends:\n%s", out)
 	}
 }

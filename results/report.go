@@ -339,6 +339,7 @@ func NewTextReporterWidth(s *Summary, width int) Reporter {
 				e.printf("%s\n", l)
 			}
 			_, sentence := d.SetsWindow()
+			sentence = strings.TrimSpace(sentence + " " + d.GRPCEndsLine())
 			for _, l := range wrap(strings.Fields(sentence), " ", lineWidth) {
 				e.printf("%s\n", l)
 			}
@@ -484,6 +485,7 @@ func NewMarkdownReporter(s *Summary) Reporter {
 				e.printf("| %s |\n", strings.Join(r, " | "))
 			}
 			_, sentence := d.SetsWindow()
+			sentence = strings.TrimSpace(sentence + " " + d.GRPCEndsLine())
 			e.printf("\n%s Offsets from T0 unless noted; cluster (runner) failures in all trials: %s.\n\n", sentence, failuresLine(d.ClusterFailures))
 		}
 		if len(d.StartupStages) > 0 {

@@ -387,6 +387,10 @@ type SummaryDoc struct {
 	// the runners' failures in every trial, by kind.
 	Paths           []PathSummary  `json:"paths,omitempty"`
 	ClusterFailures map[string]int `json:"cluster_failures,omitempty"`
+	// GRPCEnds counts, over the trials in which the gRPC DNS client called
+	// the deleted pod, how the connection of its last call ended
+	// (GRPCTrial.End).
+	GRPCEnds map[string]int `json:"grpc_ends,omitempty"`
 }
 
 // InvalidSorted lists the reason codes, most frequent first.

@@ -1,0 +1,105 @@
+package dns
+
+import (
+	"testing"
+	"time"
+
+	"github.com/epwindow/epwindow/internal/e2etest"
+	"github.com/epwindow/epwindow/results"
+)
+
+// grpcSlack bounds what lies between the probe's gRPC port ending a
+// connection and the tool's client seeing it, on the tool's clock: the
+// probe's drain at exit is grpc-go's GracefulStop, which sends GOAWAY and
+// then waits for the client to close the connection (grpc-go's client
+// closes a transport with no open stream as soon as it reads GOAWAY,
+// internal/transport/http2_client.go handleGoAway) before the probe stamps
+// its exit; the client reads the GOAWAY one loopback hop away. Both are
+// ms, but the scheduler of this 2-core machine and the probe clock's skew
+// bound (added per trial) come in between: the 250 ms the other ground
+// truths here allow for scheduling.
+const grpcSlack = Slack
+
+// A gRPC client with dns:/// and round_robin (grpc-go's resolver and
+// balancer, --grpc-dns-rate) asks DNS only when a connection is lost, at
+// most every 30 s: after CoreDNS dropped a deleted pod, the client still
+// calls it, until the connection the calls go out on ends. Without
+// MaxConnectionAge that is the pod's exit: the probe's GracefulStop sends
+// GOAWAY, so grpc_last_routed comes after dns_removed and the connection
+// ends at container_exit.
+//
+// With MaxConnectionAge the server ends each connection by GOAWAY at that
+// age: the client re-connects (to the same address: its answer has not
+// changed) and asks DNS again, which answers only once the 30 s floor since
+// its last resolution has passed. Each trial then ends either by a GOAWAY
+// (age or exit) or by the client's own close once a fresh answer left the
+// address out, and that answer came after CoreDNS dropped it.
+//
+// Three trials each (one per original pod of the three replicas, so the
+// client, which resolved all three at the start, calls every victim): each
+// trial checks the mechanism on its own; no statistic is claimed. About
+// 15 s a trial.
+func TestGRPCClientLeavesWithItsConnection(t *testing.T) {
+	key := DNSKey(cluster)
+	for _, tc := range []struct {
+		name string
+		age  time.Duration
+	}{{"no MaxConnectionAge", 0}, {"MaxConnectionAge 1s", time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config(t, cluster, 3)
+			cfg.GRPCDNSRate, cfg.GRPCMaxConnectionAge = 50, tc.age
+			sink := e2etest.Run(t, cfg, 10*time.Minute)
+			if g := sink.Meta.GRPCDNS; g == nil || g.MaxConnectionAgeNS != int64(tc.age) || g.MinResolutionIntervalNS != int64(30*time.Second) {
+				t.Fatalf("header grpc_dns %+v", g)
+			}
+			called := 0
+			for _, r := range sink.Records {
+				g := r.GRPC
+				last, ok := r.Stage(results.StageGRPCLastRouted)
+				if g == nil || !ok {
+					t.Logf("trial %d: the client did not call %s: %+v", r.Trial, r.Pod, g)
+					continue
+				}
+				called++
+				removed, okR := r.StageKey(results.StageDNSRemoved, key)
+				exit, okE := r.Stage(results.StageContainerExit)
+				if !okR || !okE || !r.PointValid(results.StageContainerExit) {
+					t.Errorf("trial %d: dns_removed %v, container_exit %v: %s", r.Trial, okR, okE, r.InvalidReason())
+					continue
+				}
+				t.Logf("trial %d: dns_removed→grpc_last_routed %s, end %s: %s", r.Trial, last.At.Sub(removed.At), g.End, g.Mechanism)
+				exitSlack := grpcSlack + time.Duration(exit.UncertaintyNS)
+				switch {
+				case g.End == results.GRPCEndGoaway && tc.age == 0:
+					// The only GOAWAY is the exit's.
+					if d := g.ConnEnded.Sub(exit.At); d < -exitSlack || d > exitSlack {
+						t.Errorf("trial %d: the connection ended %s from container_exit, want within ±%s", r.Trial, d, exitSlack)
+					}
+					if !last.At.After(removed.At) {
+						t.Errorf("trial %d: the last call %s before dns_removed: the client left before DNS dropped the pod without a connection's end", r.Trial, removed.At.Sub(last.At))
+					}
+				case g.End == results.GRPCEndGoaway:
+					if g.GoAway.IsZero() || g.ConnEnded.Sub(exit.At) > exitSlack {
+						t.Errorf("trial %d: GOAWAY at %v, connection ended %s after container_exit", r.Trial, g.GoAway, g.ConnEnded.Sub(exit.At))
+					}
+				case g.End == results.GRPCEndDNS && tc.age > 0:
+					// The client's answer without the address came after
+					// CoreDNS's (dns_removed is its first answer without
+					// it, one Interval late at most), and no call went out
+					// after the client closed the connection.
+					if g.ResolvedOut.Before(removed.At.Add(-Interval)) {
+						t.Errorf("trial %d: the client's answer without the pod %s before CoreDNS's", r.Trial, removed.At.Sub(g.ResolvedOut))
+					}
+					if sent := last.At.Add(-time.Duration(last.UncertaintyNS)); sent.After(g.ConnEnded) {
+						t.Errorf("trial %d: a call sent after the client closed the connection", r.Trial)
+					}
+				default:
+					t.Errorf("trial %d: the connection ended by %q (%s)", r.Trial, g.End, g.Mechanism)
+				}
+			}
+			if called < 2 {
+				t.Errorf("the client called the deleted pod in %d of %d trials, want at least 2", called, len(sink.Records))
+			}
+		})
+	}
+}
