@@ -97,7 +97,12 @@ func (r *runner) readGRPC(ctx context.Context, pod string, t0, end time.Time) (*
 
 // grpcTrial is the record's account of how the client left the pod, and
 // its last call as grpc_last_routed.
-func grpcTrial(in *grpcInput, t0 time.Time, add func(name, key string, at time.Time, unc time.Duration, c results.Clock)) *results.GRPCTrial {
+//
+// drainFrom is when the probe began its drain before exit (released or the
+// hold's end), on the tool's clock less its skew bound (zero: unknown): a
+// GOAWAY from then on is the drain's (grpc-go's GracefulStop), one before it
+// MaxConnectionAge's.
+func grpcTrial(in *grpcInput, t0, drainFrom time.Time, add func(name, key string, at time.Time, unc time.Duration, c results.Clock)) *results.GRPCTrial {
 	if in == nil {
 		return nil
 	}
@@ -130,6 +135,13 @@ func grpcTrial(in *grpcInput, t0 time.Time, add func(name, key string, at time.T
 	switch c.End {
 	case load.ConnEndGoaway:
 		gt.End = results.GRPCEndGoaway
+		switch {
+		case drainFrom.IsZero():
+		case !c.GoAway.Before(drainFrom):
+			gt.Mechanism = "the server's GOAWAY (" + c.GoAwayCode + ") as the probe drained before its exit (grpc-go's GracefulStop)"
+		default:
+			gt.Mechanism = "the server's GOAWAY (" + c.GoAwayCode + ") before the probe's drain: MaxConnectionAge"
+		}
 	case load.ConnEndReset:
 		gt.End = results.GRPCEndReset
 	case load.ConnEndEOF:

@@ -29,7 +29,7 @@ func TestGRPCTrialRecord(t *testing.T) {
 	add := func(name, key string, a time.Time, unc time.Duration, c results.Clock) {
 		stages = append(stages, results.Stage{Name: name, At: a, UncertaintyNS: int64(unc), Clock: c})
 	}
-	gt := grpcTrial(in, t0, add)
+	gt := grpcTrial(in, t0, time.Time{}, add)
 	if gt.End != results.GRPCEndDNS || !gt.ResolvedOut.Equal(at(1500)) || gt.Resolutions != 1 || !gt.ConnEnded.Equal(at(1501)) {
 		t.Errorf("record %+v, want the client's own close after the answer at +1.5s", gt)
 	}
@@ -41,10 +41,19 @@ func TestGRPCTrialRecord(t *testing.T) {
 		t.Errorf("stages %+v, want grpc_last_routed at +1.452s ±2ms", stages)
 	}
 
+	// A GOAWAY on the last call's connection: the drain's from drainFrom
+	// on, MaxConnectionAge's before.
+	in.log.Conns[1] = load.GRPCConn{ID: 2, Addr: addr, Dialed: at(1401), Ended: at(1600), GoAway: at(1599), GoAwayCode: "NO_ERROR", End: load.ConnEndGoaway}
+	for drain, want := range map[int]string{1500: "drained before its exit", 1700: "MaxConnectionAge"} {
+		if gt := grpcTrial(in, t0, at(drain), add); gt.End != results.GRPCEndGoaway || !strings.Contains(gt.Mechanism, want) {
+			t.Errorf("drain from +%dms: %+v, want %q", drain, gt, want)
+		}
+	}
+
 	// No call to the pod during the trial: no stage, and the record says so.
 	stages = nil
 	in.last.Last, in.last.LastSent = at(-5000), at(-5001)
-	if gt := grpcTrial(in, t0, add); len(stages) != 0 || gt.End != "" || !strings.Contains(gt.Mechanism, "before T0") {
+	if gt := grpcTrial(in, t0, time.Time{}, add); len(stages) != 0 || gt.End != "" || !strings.Contains(gt.Mechanism, "before T0") {
 		t.Errorf("a pod not called in the trial: %+v, stages %v", gt, stages)
 	}
 }

@@ -135,7 +135,18 @@ func buildRecord(in trialInput) *results.Record {
 	}
 	// GRPCLastRouted: the gRPC DNS client's last call the pod answered,
 	// tool clock, with what ended its use of the address.
-	rec.GRPC = grpcTrial(in.grpc, in.t0, add)
+	var drainFrom time.Time
+	if tl := in.timeline; tl != nil && in.skewOK {
+		for _, at := range []*time.Time{tl.Released, tl.HoldExpired} {
+			if at == nil {
+				continue
+			}
+			if from := in.skew.ToTool(*at).Add(-in.skew.Uncertainty); drainFrom.IsZero() || from.Before(drainFrom) {
+				drainFrom = from
+			}
+		}
+	}
+	rec.GRPC = grpcTrial(in.grpc, in.t0, drainFrom, add)
 
 	// Pod-clock stages: the probe's record, corrected by the skew estimate.
 	if !in.skewOK {

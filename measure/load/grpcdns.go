@@ -147,7 +147,7 @@ func (l GRPCLog) Mechanism(addr string, last time.Time) string {
 	}
 	switch c.End {
 	case ConnEndGoaway:
-		return "the server's GOAWAY (" + c.GoAwayCode + "): MaxConnectionAge or a graceful stop; the client then re-resolved"
+		return "the server's GOAWAY (" + c.GoAwayCode + "): MaxConnectionAge or a graceful stop"
 	case ConnEndReset:
 		return "the connection was reset: the pod's process exited with it open"
 	case ConnEndEOF:

@@ -1,6 +1,7 @@
 package dns
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,9 @@ func TestGRPCClientLeavesWithItsConnection(t *testing.T) {
 					// The only GOAWAY is the exit's.
 					if d := g.ConnEnded.Sub(exit.At); d < -exitSlack || d > exitSlack {
 						t.Errorf("trial %d: the connection ended %s from container_exit, want within ±%s", r.Trial, d, exitSlack)
+					}
+					if !strings.Contains(g.Mechanism, "drained before its exit") {
+						t.Errorf("trial %d: mechanism %q, want the drain's GOAWAY", r.Trial, g.Mechanism)
 					}
 					if !last.At.After(removed.At) {
 						t.Errorf("trial %d: the last call %s before dns_removed: the client left before DNS dropped the pod without a connection's end", r.Trial, removed.At.Sub(last.At))
