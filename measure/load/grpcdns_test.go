@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
 	"strconv"
@@ -165,6 +167,23 @@ func TestGRPCLoadLeavesAPodWhenItsConnectionEnds(t *testing.T) {
 	}
 	if first := l.Resolutions[0]; len(first.Addrs) != 2 {
 		t.Errorf("first answer %+v, want both addresses", first)
+	}
+
+	// A runner serves the same: the log and each pod's address in /stats.
+	cfg := RunnerConfig{Load: g.cfg, StatsListen: ":0", Deadline: time.Now().Add(time.Hour)}
+	rec := httptest.NewRecorder()
+	StatsHandler(g, nil, cfg, clock.RealClock{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, PathStats, nil))
+	st, err := ParseStats(rec.Body.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GRPC == nil || len(st.GRPC.Conns) != len(l.Conns) || len(st.GRPC.Resolutions) != len(l.Resolutions) {
+		t.Errorf("/stats grpc log %+v, want the generator's %+v", st.GRPC, l)
+	}
+	for _, p := range st.Pods {
+		if p.Pod == "pod-1" && p.Addr != addrB {
+			t.Errorf("/stats: pod-1 at %q, want %s", p.Addr, addrB)
+		}
 	}
 }
 

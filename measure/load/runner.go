@@ -147,6 +147,10 @@ type Stats struct {
 	StreamsNext         int64         `json:"streams_next,omitempty"`
 	StreamsDropped      int64         `json:"streams_dropped,omitempty"`
 	StreamsFirstDropped time.Time     `json:"streams_first_dropped,omitzero"`
+	// GRPC is the gRPC client's log when Target is a dns:// target
+	// (GRPCLog): its DNS answers, re-resolution requests and connections,
+	// on the runner's clock.
+	GRPC *GRPCLog `json:"grpc,omitempty"`
 }
 
 // QueryStreamsSince is /stats' query parameter for the first stream event
@@ -168,19 +172,22 @@ type PodReport struct {
 	SkewUncertaintyNS int64     `json:"skew_uncertainty_ns"`
 	SkewAt            time.Time `json:"skew_at"`
 	SkewSamples       int       `json:"skew_samples"`
+	// Addr is the address the last response came from (gRPC load only:
+	// the pod's own address).
+	Addr string `json:"addr,omitempty"`
 }
 
 // PodStats turns the report back into the generator's type.
 func (p PodReport) PodStats() PodStats {
 	return PodStats{Pod: p.Pod, Responses: p.Responses, FirstSent: p.FirstSent, First: p.First,
-		LastSent: p.LastSent, Last: p.Last,
+		LastSent: p.LastSent, Last: p.Last, Addr: p.Addr,
 		Skew: Estimate{Offset: time.Duration(p.SkewOffsetNS), Uncertainty: time.Duration(p.SkewUncertaintyNS), At: p.SkewAt, Samples: p.SkewSamples}}
 }
 
 func podReport(ps PodStats) PodReport {
 	return PodReport{Pod: ps.Pod, Responses: ps.Responses, FirstSent: ps.FirstSent, First: ps.First,
 		LastSent: ps.LastSent, Last: ps.Last, SkewOffsetNS: int64(ps.Skew.Offset),
-		SkewUncertaintyNS: int64(ps.Skew.Uncertainty), SkewAt: ps.Skew.At, SkewSamples: ps.Skew.Samples}
+		SkewUncertaintyNS: int64(ps.Skew.Uncertainty), SkewAt: ps.Skew.At, SkewSamples: ps.Skew.Samples, Addr: ps.Addr}
 }
 
 // ParseStats decodes a Stats document, refusing a newer version.
@@ -240,6 +247,9 @@ func statsHandler(g *Generator, h *StreamHolder, cfg RunnerConfig, clk clock.Pas
 			s.Pods = append(s.Pods, podReport(ps))
 		}
 		s.IdleSince = idle.get()
+		if l, ok := g.GRPCLog(); ok {
+			s.GRPC = &l
+		}
 		if h != nil {
 			// A malformed cursor reads the whole log, as none does.
 			since, _ := strconv.Atoi(req.URL.Query().Get(QueryStreamsSince))
