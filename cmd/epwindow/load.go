@@ -51,7 +51,7 @@ Serves on --stats-listen:
 
 measure --in-cluster-load runs it in pods and reads these through the API server's pod proxy.`, load.MaxRate, load.MaxLifetime),
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagLoadURL, Usage: "the one URL to send to (required)"},
+			&cli.StringFlag{Name: flagLoadURL, Usage: "the one URL to send to (required): http(s)://, or dns:///NAME:PORT for unary gRPC calls through grpc-go's dns resolver and round_robin (its log in /stats)"},
 			&cli.StringFlag{Name: flagLoadHost, Usage: "Host header to send"},
 			&cli.Float64Flag{Name: measure.FlagRate, Usage: fmt.Sprintf("requests per second, above 0 and at most %d (required)", load.MaxRate)},
 			&cli.StringFlag{Name: flagDeadline, Usage: "stop sending after this duration on this machine's clock, or at this RFC 3339 time, then idle (required)"},
