@@ -40,6 +40,11 @@ type RunnerParams struct {
 	Streams        int
 	StreamProtocol string
 	Reconnect      string
+	// GRPCTarget and GRPCRate make each runner also call the probe's gRPC
+	// port through the cluster DNS (dns:///NAME:PORT of the headless
+	// Service; measure --grpc-dns-rate with --in-cluster-load); "": none.
+	GRPCTarget string
+	GRPCRate   float64
 }
 
 // RunnerSelector selects the runner pods of workload name (and run id).
@@ -89,6 +94,9 @@ func RunnerDeployment(wl *Workload, p Params, rp RunnerParams) (*appsv1.Deployme
 	if rp.Streams > 0 {
 		c.Command = append(c.Command, "--streams="+strconv.Itoa(rp.Streams),
 			"--stream-protocol="+rp.StreamProtocol, "--reconnect="+rp.Reconnect)
+	}
+	if rp.GRPCTarget != "" {
+		c.Command = append(c.Command, "--grpc-url="+rp.GRPCTarget, "--grpc-rate="+strconv.FormatFloat(rp.GRPCRate, 'f', -1, 64))
 	}
 	c.Env = []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},

@@ -101,3 +101,18 @@ func TestRunnerDeploymentStreams(t *testing.T) {
 		t.Errorf("runner command %q lacks the streams", cmd)
 	}
 }
+
+func TestRunnerDeploymentGRPC(t *testing.T) {
+	p := testParams()
+	wl := mustRender(t, p)
+	rp := testRunners()
+	rp.GRPCTarget, rp.GRPCRate = "dns:///probe-headless.ns.svc.cluster.local:8081", 12.5
+	d, err := RunnerDeployment(wl, p, rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := strings.Join(d.Spec.Template.Spec.Containers[0].Command, " ")
+	if !strings.Contains(cmd, "--grpc-url=dns:///probe-headless.ns.svc.cluster.local:8081 --grpc-rate=12.5") {
+		t.Errorf("runner command %q lacks the gRPC client", cmd)
+	}
+}

@@ -17,6 +17,8 @@ import (
 // measure's names).
 const (
 	flagLoadURL     = "url"
+	flagGRPCURL     = "grpc-url"
+	flagGRPCRate    = "grpc-rate"
 	flagLoadHost    = "host"
 	flagStatsListen = "stats-listen"
 	flagDeadline    = "deadline"
@@ -62,6 +64,8 @@ measure --in-cluster-load runs it in pods and reads these through the API server
 			&cli.IntFlag{Name: measure.FlagStreams, Usage: "also hold this many long-lived streams to --url (events in /stats)"},
 			&cli.StringFlag{Name: measure.FlagStreamProtocol, Usage: "websocket or grpc, with --streams"},
 			&cli.StringFlag{Name: measure.FlagReconnect, Value: load.ReconnectGRPCDefault, Usage: "re-open policy of the streams: grpc-default, immediate, DUR±JITTER"},
+			&cli.StringFlag{Name: flagGRPCURL, Usage: "also make unary gRPC calls to this dns:///NAME:PORT target (grpc-go's dns resolver, round_robin), beside --url: what it saw is grpc_client in /stats"},
+			&cli.Float64Flag{Name: flagGRPCRate, Value: 20, Usage: "calls per second to --grpc-url"},
 			&cli.StringFlag{Name: flagPodName, EnvVars: []string{"POD_NAME"}, Usage: "name reported in /stats"},
 			&cli.StringFlag{Name: flagNodeName, EnvVars: []string{"NODE_NAME"}, Usage: "node reported in /stats"},
 		},
@@ -86,6 +90,9 @@ func loadConfig(c *cli.Context, now time.Time) (load.RunnerConfig, error) {
 		}
 		cfg.Streams = &load.StreamConfig{URL: cfg.Load.URL, Host: cfg.Load.Host, Protocol: c.String(measure.FlagStreamProtocol),
 			Streams: n, Reconnect: rc}
+	}
+	if u := c.String(flagGRPCURL); u != "" {
+		cfg.GRPC = &load.Config{URL: u, Rate: c.Float64(flagGRPCRate), Timeout: c.Duration(flagLoadTimeout)}
 	}
 	if s := c.String(flagDeadline); s != "" {
 		d, err := load.ParseDeadline(s, now)

@@ -357,7 +357,7 @@ func (g *Generator) succeed(scheduled, began, s, r time.Time, pod string, ns int
 			g.podOverflow.Add(1)
 			return
 		}
-		ps = &PodStats{Pod: pod, FirstSent: s, First: r, LastSent: s, Last: r}
+		ps = &PodStats{Pod: pod, FirstSent: s, First: r, LastSent: s, Last: r, Addr: addr}
 		g.pods[pod] = ps
 	}
 	ps.Responses++

@@ -253,3 +253,48 @@ func TestGRPCLoadConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// A runner's second load (--grpc-url): its calls reach the pods by DNS and
+// /stats reports them per pod with the client's log, beside the main load.
+func TestRunnerGRPCClient(t *testing.T) {
+	a, b := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.4")
+	ps := serveGRPCProbes(t, 0, 0, a, b)
+	z := &dnstest.Zone{Name: grpcTestName + ".", Addrs: []netip.Addr{a, b}, TTL: 1}
+	target := "dns://" + dnstest.Serve(t, z) + "/" + grpcTestName + ":" + strconv.Itoa(int(ps[0].addr.Port()))
+	cfg := RunnerConfig{Load: Config{URL: target, Rate: 20}, GRPC: &Config{URL: target, Rate: 100},
+		StatsListen: "127.0.0.1:0", Deadline: time.Now().Add(time.Minute)}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- RunRunner(ctx, cfg, clock.RealClock{}, func(a net.Addr) { addr <- a }) }()
+	t.Cleanup(func() { cancel(); <-done })
+	statsURL := "http://" + (<-addr).String() + PathStats
+	var st Stats
+	eventually(t, "the runner's gRPC client answered by both pods", func() bool {
+		resp, err := http.Get(statsURL)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if st, err = ParseStats(body); err != nil || st.GRPCClient == nil {
+			return false
+		}
+		return len(st.GRPCClient.Pods) == 2
+	})
+	c := st.GRPCClient
+	if c.Target != target || c.OK == 0 || len(c.Log.Resolutions) == 0 || len(c.Log.Conns) < 2 {
+		t.Errorf("grpc client stats %+v", c)
+	}
+	for _, p := range c.Pods {
+		if p.Addr == "" || p.Responses == 0 {
+			t.Errorf("pod report %+v: want the pod's address and its responses", p)
+		}
+	}
+
+	bad := cfg
+	bad.GRPC = &Config{URL: "http://x/", Rate: 1}
+	if err := bad.Validate(time.Now()); err == nil || !strings.Contains(err.Error(), "--grpc-url") {
+		t.Errorf("an http --grpc-url: %v", err)
+	}
+}

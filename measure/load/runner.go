@@ -58,6 +58,11 @@ type RunnerConfig struct {
 	// Streams, if set, are long-lived streams the runner also holds to
 	// Load.URL (epwindow load --streams); their events are in its Stats.
 	Streams *StreamConfig
+	// GRPC, if set, is a second load the runner sends beside Load: unary
+	// gRPC calls to a dns:// target (epwindow load --grpc-url,
+	// --grpc-rate), as a gRPC client in the cluster resolving a headless
+	// Service; what it saw is Stats.GRPCClient.
+	GRPC *Config
 }
 
 // Validate checks c at now; messages name the flag of epwindow load.
@@ -82,6 +87,17 @@ func (c RunnerConfig) Validate(now time.Time) error {
 	}
 	if c.Deadline.Sub(now) > MaxLifetime {
 		return fmt.Errorf("--deadline %s is more than %s ahead", c.Deadline.Format(time.RFC3339), MaxLifetime)
+	}
+	if c.GRPC != nil {
+		if !isGRPC(c.GRPC.URL) {
+			return fmt.Errorf("--grpc-url %q: want a dns:///NAME:PORT target", c.GRPC.URL)
+		}
+		if err := c.GRPC.Validate(); err != nil {
+			return fmt.Errorf("--grpc-url, --grpc-rate: %w", err)
+		}
+		if c.GRPC.Rate > MaxRate {
+			return fmt.Errorf("--grpc-rate (%v) must be at most %d calls per second", c.GRPC.Rate, MaxRate)
+		}
 	}
 	if c.Streams != nil {
 		if c.Streams.URL != c.Load.URL {
@@ -151,6 +167,32 @@ type Stats struct {
 	// (GRPCLog): its DNS answers, re-resolution requests and connections,
 	// on the runner's clock.
 	GRPC *GRPCLog `json:"grpc,omitempty"`
+	// GRPCClient is the runner's second, gRPC load (RunnerConfig.GRPC).
+	GRPCClient *GRPCClientStats `json:"grpc_client,omitempty"`
+}
+
+// GRPCClientStats is a runner's gRPC load beside its main one: its totals,
+// per probe pod what it saw (by the pod's own address), and its log, all on
+// the runner's clock.
+type GRPCClientStats struct {
+	Target   string         `json:"target"`
+	Sent     int64          `json:"sent"`
+	OK       int64          `json:"ok"`
+	Failed   int64          `json:"failed"`
+	Failures map[string]int `json:"failures,omitempty"`
+	Pods     []PodReport    `json:"pods"`
+	Log      GRPCLog        `json:"log"`
+}
+
+// grpcClientStats is g's GRPCClientStats (g in the gRPC mode).
+func grpcClientStats(g *Generator) *GRPCClientStats {
+	t := g.Totals()
+	s := &GRPCClientStats{Target: g.cfg.URL, Sent: t.Sent, OK: t.OK, Failed: t.Failed, Failures: g.FailureTotals(), Pods: []PodReport{}}
+	for _, ps := range g.Pods() {
+		s.Pods = append(s.Pods, podReport(ps))
+	}
+	s.Log, _ = g.GRPCLog()
+	return s
 }
 
 // QueryStreamsSince is /stats' query parameter for the first stream event
@@ -206,13 +248,14 @@ func ParseStats(b []byte) (Stats, error) {
 // nil without): /stats, /clock and /healthz; anything else is 404. Instants
 // come from clk.
 func StatsHandler(g *Generator, h *StreamHolder, cfg RunnerConfig, clk clock.PassiveClock) http.Handler {
-	return statsHandler(g, h, cfg, clk, &idleState{})
+	return statsHandler(g, nil, h, cfg, clk, &idleState{})
 }
 
 // statsHandler is StatsHandler for a runner that may go idle: once idle,
 // /healthz answers 503 (the pod turns unready, so anyone listing it sees
 // it has stopped) and /stats says since when.
-func statsHandler(g *Generator, h *StreamHolder, cfg RunnerConfig, clk clock.PassiveClock, idle *idleState) http.Handler {
+// gg is the runner's gRPC load (RunnerConfig.GRPC), nil without.
+func statsHandler(g, gg *Generator, h *StreamHolder, cfg RunnerConfig, clk clock.PassiveClock, idle *idleState) http.Handler {
 	reply := func(w http.ResponseWriter, v any) {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -250,6 +293,9 @@ func statsHandler(g *Generator, h *StreamHolder, cfg RunnerConfig, clk clock.Pas
 		if l, ok := g.GRPCLog(); ok {
 			s.GRPC = &l
 		}
+		if gg != nil {
+			s.GRPCClient = grpcClientStats(gg)
+		}
 		if h != nil {
 			// A malformed cursor reads the whole log, as none does.
 			since, _ := strconv.Atoi(req.URL.Query().Get(QueryStreamsSince))
@@ -280,6 +326,12 @@ func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready fun
 	if err != nil {
 		return err
 	}
+	var gg *Generator
+	if cfg.GRPC != nil {
+		if gg, err = New(*cfg.GRPC, clk); err != nil {
+			return err
+		}
+	}
 	gctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	// The deadline is armed before anything is sent.
@@ -295,11 +347,19 @@ func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready fun
 		}
 	}
 	idle := &idleState{}
-	srv := &http.Server{Handler: statsHandler(g, h, cfg, clk, idle), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: statsHandler(g, gg, h, cfg, clk, idle), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	generated := make(chan error, 1)
 	go func() { generated <- g.Run(gctx) }()
+	grpcDone := make(chan error, 1)
+	go func() {
+		if gg == nil {
+			grpcDone <- nil
+			return
+		}
+		grpcDone <- gg.Run(gctx)
+	}()
 	// The streams stop with the load: at the deadline, or when told to.
 	held := make(chan struct{})
 	go func() {
@@ -325,6 +385,9 @@ func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready fun
 	}
 	stopLoad()
 	if err := <-generated; err != nil && runErr == nil {
+		runErr = err
+	}
+	if err := <-grpcDone; err != nil && runErr == nil {
 		runErr = err
 	}
 	<-held
