@@ -135,8 +135,10 @@ type Config struct {
 	DNSPublishNotReady bool
 	// GRPCDNSRate, when above 0, runs a gRPC client beside the load: calls
 	// at this rate to the probe's gRPC port through grpc-go's dns resolver
-	// (asking the first --dns-server) and round_robin, as a gRPC service's
-	// clients reach a headless Service (--grpc-dns-rate). Each trial records
+	// and round_robin, as a gRPC service's clients reach a headless Service
+	// (--grpc-dns-rate): here, asking the first --dns-server, when one is
+	// given, and in each in-cluster runner (--in-cluster-load), asking the
+	// cluster DNS. Each trial records
 	// its last call to the deleted pod (grpc_last_routed) and what ended
 	// its use of the address (results.GRPCTrial). GRPCMaxConnectionAge is
 	// the probe's grpc-go MaxConnectionAge (--grpc-max-connection-age;
@@ -281,8 +283,8 @@ func (c *Config) Validate() error {
 			add("--%s (%g) must be above 0 and at most %d calls per second", FlagGRPCDNSRate, c.GRPCDNSRate, load.MaxRate)
 		case !c.DNS || c.DNSOptions.Name != "":
 			add("--%s needs --%s and the run's own headless Service (no --%s): the gRPC client resolves it", FlagGRPCDNSRate, FlagDNS, upstream.FlagDNSName)
-		case len(c.DNSOptions.Servers) == 0:
-			add("--%s needs --%s: the gRPC client runs here and asks that server (the kube-dns pods are reached by port-forward, which grpc-go's resolver cannot use)", FlagGRPCDNSRate, upstream.FlagDNSServer)
+		case len(c.DNSOptions.Servers) == 0 && c.InClusterLoad == 0:
+			add("--%s needs --%s (a gRPC client here, asking that server: the kube-dns pods are reached by port-forward, which grpc-go's resolver cannot use) or --%s (gRPC clients in the runners, asking the cluster DNS)", FlagGRPCDNSRate, upstream.FlagDNSServer, FlagInClusterLoad)
 		}
 	}
 	if c.GRPCMaxConnectionAge < 0 {

@@ -36,6 +36,7 @@ func TestConfigValidate(t *testing.T) {
 		{"publish not ready with --dns", func(c *Config) { c.DNS, c.DNSPublishNotReady = true, true }, ""},
 		{"grpc without --dns", func(c *Config) { c.GRPCDNSRate = 10 }, "--grpc-dns-rate needs --dns"},
 		{"grpc without a server", func(c *Config) { c.DNS, c.GRPCDNSRate = true, 10 }, "--grpc-dns-rate needs --dns-server"},
+		{"grpc in the runners", func(c *Config) { c.DNS, c.GRPCDNSRate, c.InClusterLoad, c.InClusterRate = true, 10, 1, 10 }, ""},
 		{"grpc with a server", func(c *Config) {
 			c.DNS, c.GRPCDNSRate, c.DNSOptions.Servers = true, 10, []string{"10.96.0.10"}
 		}, ""},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -27,6 +28,14 @@ func (r *runner) grpcTarget() (string, error) {
 	}
 	name := upstream.DNSName(r.wl.Headless.Name, r.ns, cfg.ClusterDomain)
 	return "dns://" + server + "/" + net.JoinHostPort(name, strconv.Itoa(int(r.params.GRPCPort()))), nil
+}
+
+// runnerGRPCTarget is the in-cluster runners' gRPC target: the headless
+// Service's name, resolved by their pods' resolv.conf, at the probe's gRPC
+// port.
+func (r *runner) runnerGRPCTarget() string {
+	name := upstream.DNSName(r.wl.Headless.Name, r.ns, r.cfg.ClusterDomain)
+	return "dns:///" + net.JoinHostPort(name, strconv.Itoa(int(r.params.GRPCPort())))
 }
 
 // startGRPC starts the gRPC DNS client (--grpc-dns-rate) once the run is
@@ -63,12 +72,18 @@ func (r *runner) startGRPC(ctx context.Context, goFn func(func() error)) error {
 
 // grpcHeader is the results header's record of the client.
 func (r *runner) grpcHeader() *results.GRPCDNS {
-	if r.grpcGen == nil {
+	if r.cfg.GRPCDNSRate <= 0 {
 		return nil
 	}
-	target, _ := r.grpcTarget()
-	return &results.GRPCDNS{Target: target, Rate: r.cfg.GRPCDNSRate,
+	h := &results.GRPCDNS{Rate: r.cfg.GRPCDNSRate,
 		MaxConnectionAgeNS: int64(r.cfg.GRPCMaxConnectionAge), MinResolutionIntervalNS: int64(grpcMinResolutionInterval)}
+	if r.grpcGen != nil {
+		h.Target, _ = r.grpcTarget()
+	}
+	if r.cfg.InClusterLoad > 0 {
+		h.RunnerTarget = r.runnerGRPCTarget()
+	}
+	return h
 }
 
 // grpcInput is what the trial read of the gRPC client: its last call to the
@@ -103,9 +118,56 @@ func (r *runner) readGRPC(ctx context.Context, pod string, t0, end time.Time) (*
 // GOAWAY from then on is the drain's (grpc-go's GracefulStop), one before it
 // MaxConnectionAge's.
 func grpcTrial(in *grpcInput, t0, drainFrom time.Time, add func(name, key string, at time.Time, unc time.Duration, c results.Clock)) *results.GRPCTrial {
+	return grpcTrialOn(in, grpcClock{clock: results.ClockTool}, t0, drainFrom, add)
+}
+
+// grpcClock is the clock a gRPC client's instants are on: the tool's, or
+// an in-cluster runner's, put on the tool's with its skew estimate (key is
+// then the runner's, unc the estimate's bound).
+type grpcClock struct {
+	key    string
+	toTool func(time.Time) time.Time // nil: the tool's clock
+	unc    time.Duration
+	clock  results.Clock
+}
+
+// onTool puts in's instants on the tool's clock.
+func (c grpcClock) onTool(in *grpcInput) *grpcInput {
+	if c.toTool == nil {
+		return in
+	}
+	f := func(t time.Time) time.Time {
+		if t.IsZero() {
+			return t
+		}
+		return c.toTool(t)
+	}
+	out := *in
+	out.last.FirstSent, out.last.First, out.last.LastSent, out.last.Last = f(in.last.FirstSent), f(in.last.First), f(in.last.LastSent), f(in.last.Last)
+	l := in.log
+	l.Resolutions = slices.Clone(l.Resolutions)
+	for i := range l.Resolutions {
+		l.Resolutions[i].At = f(l.Resolutions[i].At)
+	}
+	l.ResolveNow = slices.Clone(l.ResolveNow)
+	for i := range l.ResolveNow {
+		l.ResolveNow[i] = f(l.ResolveNow[i])
+	}
+	l.Conns = slices.Clone(l.Conns)
+	for i := range l.Conns {
+		c := &l.Conns[i]
+		c.Dialed, c.Ended, c.GoAway = f(c.Dialed), f(c.Ended), f(c.GoAway)
+	}
+	out.log = l
+	return &out
+}
+
+// grpcTrialOn is grpcTrial for a client on clock c.
+func grpcTrialOn(in *grpcInput, c grpcClock, t0, drainFrom time.Time, add func(name, key string, at time.Time, unc time.Duration, c results.Clock)) *results.GRPCTrial {
 	if in == nil {
 		return nil
 	}
+	in = c.onTool(in)
 	gt := &results.GRPCTrial{Failures: in.failures}
 	for _, res := range in.log.Resolutions {
 		if !res.At.Before(t0) {
@@ -122,25 +184,25 @@ func grpcTrial(in *grpcInput, t0, drainFrom time.Time, add func(name, key string
 	}
 	// The call went out between LastSent and Last; the pod answered in
 	// between.
-	add(results.StageGRPCLastRouted, "", in.last.Last, in.last.Last.Sub(in.last.LastSent), results.ClockTool)
+	add(results.StageGRPCLastRouted, c.key, in.last.Last, c.unc+in.last.Last.Sub(in.last.LastSent), c.clock)
 	gt.Mechanism = in.log.Mechanism(in.last.Addr, in.last.LastSent)
 	if res, ok := in.log.FirstWithout(in.last.Addr, t0); ok {
 		gt.ResolvedOut = res.At
 	}
-	c, ok := in.log.ConnAt(in.last.Addr, in.last.LastSent)
+	conn, ok := in.log.ConnAt(in.last.Addr, in.last.LastSent)
 	if !ok {
 		return gt
 	}
-	gt.ConnEnded, gt.GoAway = c.Ended, c.GoAway
-	switch c.End {
+	gt.ConnEnded, gt.GoAway = conn.Ended, conn.GoAway
+	switch conn.End {
 	case load.ConnEndGoaway:
 		gt.End = results.GRPCEndGoaway
 		switch {
 		case drainFrom.IsZero():
-		case !c.GoAway.Before(drainFrom):
-			gt.Mechanism = "the server's GOAWAY (" + c.GoAwayCode + ") as the probe drained before its exit (grpc-go's GracefulStop)"
+		case !conn.GoAway.Before(drainFrom):
+			gt.Mechanism = "the server's GOAWAY (" + conn.GoAwayCode + ") as the probe drained before its exit (grpc-go's GracefulStop)"
 		default:
-			gt.Mechanism = "the server's GOAWAY (" + c.GoAwayCode + ") before the probe's drain: MaxConnectionAge"
+			gt.Mechanism = "the server's GOAWAY (" + conn.GoAwayCode + ") before the probe's drain: MaxConnectionAge"
 		}
 	case load.ConnEndReset:
 		gt.End = results.GRPCEndReset
@@ -151,7 +213,7 @@ func grpcTrial(in *grpcInput, t0, drainFrom time.Time, add func(name, key string
 	case "":
 		gt.End = results.GRPCEndOpen
 	default:
-		gt.End = c.End
+		gt.End = conn.End
 	}
 	return gt
 }

@@ -57,3 +57,36 @@ func TestGRPCTrialRecord(t *testing.T) {
 		t.Errorf("a pod not called in the trial: %+v, stages %v", gt, stages)
 	}
 }
+
+// A runner's gRPC client: its last call to the pod and its log are on the
+// runner's clock; the record puts them on the tool's with the runner's skew
+// (grpc_last_routed keyed by the runner, the skew bound added to its
+// uncertainty) and judges the GOAWAY against the probe's drain there.
+func TestRunnerGRPCRecord(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ms := time.Millisecond
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	const offset, unc = 300 * time.Millisecond, 4 * time.Millisecond
+	const addr = "10.244.1.7:8081"
+	onRunner := func(d time.Duration) time.Time { return at(d + offset) }
+	st := runnerStateAt("load-a", "node-1", "10.244.9.9", "probe-x", offset, unc, at(1000*ms), at(1001*ms))
+	st.stats.GRPCClient = &load.GRPCClientStats{
+		Failures: map[string]int{"grpc_unavailable": 2},
+		Pods:     []load.PodReport{{Pod: "probe-x", Responses: 9, LastSent: onRunner(2000 * ms), Last: onRunner(2003 * ms), Addr: addr}},
+		Log: load.GRPCLog{Conns: []load.GRPCConn{{ID: 1, Addr: addr, Dialed: onRunner(-5000 * ms), Ended: onRunner(2100 * ms),
+			GoAway: onRunner(2099 * ms), GoAwayCode: "NO_ERROR", End: load.ConnEndGoaway}}},
+	}
+	st.grpcBefore = map[string]int{"grpc_unavailable": 1}
+	rec := &results.Record{T0: t0}
+	clusterStages(rec, []*runnerState{st}, "probe-x", 50*ms, at(2050*ms))
+
+	s, ok := rec.StageKey(results.StageGRPCLastRouted, "load-a/node-1")
+	if !ok || !s.At.Equal(at(2003*ms)) || s.UncertaintyNS != int64(unc+3*ms) || s.Clock != results.ClockRunner {
+		t.Fatalf("grpc_last_routed %+v (found %v), want +2.003s on the tool's clock ±7ms", s, ok)
+	}
+	g := rec.Runners[0].GRPC
+	if g == nil || g.End != results.GRPCEndGoaway || !strings.Contains(g.Mechanism, "drained") ||
+		!g.ConnEnded.Equal(at(2100*ms)) || g.Failures["grpc_unavailable"] != 1 {
+		t.Errorf("runner grpc record %+v: want the drain's GOAWAY at +2.1s on the tool's clock and 1 failure in the trial", g)
+	}
+}

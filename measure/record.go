@@ -195,7 +195,7 @@ func buildRecord(in trialInput) *results.Record {
 		// ContainerExit: kubelet-reported finishedAt, 1 s resolution.
 		add(results.StageContainerExit, "", in.exitByKubelet.FinishedAt.Time, time.Second, results.ClockKubelet)
 	}
-	clusterStages(rec, in.runners, in.pod, in.maxSkew)
+	clusterStages(rec, in.runners, in.pod, in.maxSkew, drainFrom)
 	slices.SortStableFunc(rec.Stages, func(a, b results.Stage) int { return a.At.Compare(b.At) })
 	rec.Reasons = reasons
 	rec.Valid = len(reasons) == 0

@@ -312,7 +312,7 @@ func (r *runner) measure(ctx context.Context, g *errgroup.Group, sink Sink, serv
 	if err := r.waitSteady(ctx); err != nil {
 		return err
 	}
-	if cfg.GRPCDNSRate > 0 {
+	if cfg.GRPCDNSRate > 0 && len(cfg.DNSOptions.Servers) > 0 {
 		if err := r.startGRPC(ctx, g.Go); err != nil {
 			return err
 		}

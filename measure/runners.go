@@ -121,6 +121,11 @@ func (r *runner) renderRunners(svc *corev1.Service) (*appsv1.Deployment, error) 
 		// Each runner holds the run's streams through the ClusterIP too.
 		rp.Streams, rp.StreamProtocol, rp.Reconnect = s.N, s.Protocol, s.Reconnect.String()
 	}
+	if r.cfg.GRPCDNSRate > 0 {
+		// Each runner is also a gRPC client of the headless Service,
+		// resolving it with its pod's resolv.conf: the cluster DNS.
+		rp.GRPCTarget, rp.GRPCRate = r.runnerGRPCTarget(), r.cfg.GRPCDNSRate
+	}
 	return deploy.RunnerDeployment(r.wl, r.params, rp)
 }
 
@@ -168,8 +173,9 @@ type runnerState struct {
 	skew          load.Estimate
 	skewOK        bool
 	skewErr       error
-	// before are its failure totals when the trial began.
-	before map[string]int
+	// before are its failure totals when the trial began, grpcBefore its
+	// gRPC client's (--grpc-dns-rate).
+	before, grpcBefore map[string]int
 }
 
 // readRunner reads a runner's statistics and samples its clock through the
@@ -289,6 +295,9 @@ func (r *runner) startRunners(ctx context.Context) []*runnerState {
 		st := &runnerState{pod: p.Name, node: p.Spec.NodeName, ip: p.Status.PodIP}
 		r.readRunner(ctx, st, runnerClockSamples)
 		st.before = st.stats.Failures
+		if c := st.stats.GRPCClient; c != nil {
+			st.grpcBefore = c.Failures
+		}
 		out = append(out, st)
 	}
 	return out
@@ -321,7 +330,11 @@ func runnersLast(states []*runnerState, pod string) time.Time {
 // read, or whose skew bound exceeds maxSkew, gets a note instead of the
 // stage: the probe's own record (last_accept from the runner's address)
 // still covers its path.
-func clusterStages(rec *results.Record, states []*runnerState, pod string, maxSkew time.Duration) {
+//
+// A runner with a gRPC client (--grpc-dns-rate) also gets its record of how
+// that client left the pod (Runner.GRPC) and its grpc_last_routed, keyed
+// like cluster_last_routed; drainFrom is as for grpcTrial.
+func clusterStages(rec *results.Record, states []*runnerState, pod string, maxSkew time.Duration, drainFrom time.Time) {
 	for _, st := range states {
 		rn := results.Runner{Pod: st.pod, Node: st.node, IP: st.ip}
 		if st.statsOK {
@@ -354,9 +367,29 @@ func clusterStages(rec *results.Record, states []*runnerState, pod string, maxSk
 			rec.Stages = append(rec.Stages, results.Stage{Name: results.StageClusterLastRouted, Key: rn.Key(), At: at,
 				OffsetNS: int64(at.Sub(rec.T0)), UncertaintyNS: int64(unc), Clock: results.ClockRunner})
 		}
+		if c := st.stats.GRPCClient; c != nil && st.statsOK && st.skewOK && (maxSkew == 0 || st.skew.Uncertainty <= maxSkew) {
+			rn.GRPC = runnerGRPC(rec, st, c, pod, rn.Key(), drainFrom)
+		}
 		rec.Runners = append(rec.Runners, rn)
 	}
 	slices.SortStableFunc(rec.Stages, func(a, b results.Stage) int { return a.At.Compare(b.At) })
+}
+
+// runnerGRPC is a runner's gRPC client's record of the trial, its
+// grpc_last_routed added to rec.
+func runnerGRPC(rec *results.Record, st *runnerState, c *load.GRPCClientStats, pod, key string, drainFrom time.Time) *results.GRPCTrial {
+	in := &grpcInput{log: c.Log, failures: subCounts(c.Failures, st.grpcBefore)}
+	for _, p := range c.Pods {
+		if p.Pod == pod {
+			in.last, in.called = p.PodStats(), true
+		}
+	}
+	add := func(name, key string, at time.Time, unc time.Duration, clk results.Clock) {
+		rec.Stages = append(rec.Stages, results.Stage{Name: name, Key: key, At: at, OffsetNS: int64(at.Sub(rec.T0)),
+			UncertaintyNS: int64(unc), Clock: clk})
+	}
+	return grpcTrialOn(in, grpcClock{key: key, toTool: st.skew.ToTool, unc: st.skew.Uncertainty, clock: results.ClockRunner},
+		rec.T0, drainFrom, add)
 }
 
 // subCounts is a − b by key, keeping the positive differences.
@@ -408,6 +441,15 @@ func (r *runner) runnersSteady(ctx context.Context, pods []*corev1.Pod, base map
 		if n := r.cfg.Streams.N; n > 0 {
 			if open := load.OpenStreams(s.Streams); open < n {
 				return fmt.Sprintf("runner %s: %d of %d streams open through the ClusterIP", p.Name, open, n), nil
+			}
+		}
+		// The runner's gRPC client must call every probe pod before a
+		// trial: it resolved the headless Service once, at its start.
+		if c := s.GRPCClient; c != nil {
+			for _, pod := range pods {
+				if !slices.ContainsFunc(c.Pods, func(pr load.PodReport) bool { return pr.Pod == pod.Name }) {
+					return fmt.Sprintf("runner %s: pod %s not yet answering its gRPC client (%s)", p.Name, pod.Name, c.Target), nil
+				}
 			}
 		}
 		for _, ps := range s.Pods {

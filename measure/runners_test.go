@@ -50,7 +50,7 @@ func TestClusterStages(t *testing.T) {
 		{pod: "load-e", node: "node-5", statsOK: true, skewErr: errors.New("no exchange succeeded")},
 	}
 	rec := &results.Record{T0: t0}
-	clusterStages(rec, states, "probe-x", 50*ms)
+	clusterStages(rec, states, "probe-x", 50*ms, time.Time{})
 
 	if len(rec.Stages) != 1 {
 		t.Fatalf("stages %+v, want one cluster_last_routed", rec.Stages)

@@ -21,6 +21,9 @@ var keyedStages = map[string]bool{
 	StageLastAccept:        true,
 	StageUpstreamPresent:   true,
 	StageClusterLastRouted: true,
+	// The tool's gRPC client records it unkeyed, each in-cluster runner's
+	// under its runner key.
+	StageGRPCLastRouted: true,
 }
 
 // Keyed reports whether a stage is recorded per key.

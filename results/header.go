@@ -155,10 +155,13 @@ func (h *Header) WorstResolution() time.Duration {
 // GRPCDNS is a run's gRPC client that resolved the headless Service:
 // grpc-go's dns resolver and round_robin, calling the probe's gRPC port.
 type GRPCDNS struct {
-	// Target is its grpc-go target (dns://SERVER/NAME:PORT), Rate its calls
-	// per second.
-	Target string  `json:"target"`
-	Rate   float64 `json:"rate"`
+	// Target is the tool's client's grpc-go target (dns://SERVER/NAME:PORT;
+	// "" when only runners ran one), RunnerTarget the in-cluster runners'
+	// (dns:///NAME:PORT, their pods' resolv.conf; "" without runners), Rate
+	// each client's calls per second.
+	Target       string  `json:"target,omitempty"`
+	RunnerTarget string  `json:"runner_target,omitempty"`
+	Rate         float64 `json:"rate"`
 	// MaxConnectionAgeNS is the probe's grpc-go MaxConnectionAge (0: none).
 	MaxConnectionAgeNS int64 `json:"max_connection_age_ns,omitempty"`
 	// MinResolutionIntervalNS is grpc-go's floor between two DNS

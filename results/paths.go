@@ -79,6 +79,21 @@ func (r *Record) PathProbeLast(path string) (time.Duration, bool) {
 	return best, found
 }
 
+// grpcTrials are the trial's gRPC DNS clients' records: the tool's and
+// each runner's.
+func (r *Record) grpcTrials() []*GRPCTrial {
+	var out []*GRPCTrial
+	if r.GRPC != nil {
+		out = append(out, r.GRPC)
+	}
+	for _, rn := range r.Runners {
+		if rn.GRPC != nil {
+			out = append(out, rn.GRPC)
+		}
+	}
+	return out
+}
+
 // pathStage is the client-side stage that ends each path.
 var pathStage = map[string]string{PathIngress: StageClientLastRouted, PathClusterIP: StageClusterLastRouted,
 	PathDNSGRPC: StageGRPCLastRouted}
@@ -90,7 +105,7 @@ func (s *Summary) closePaths(o Options) {
 	hasRunners, hasGRPC := false, false
 	for _, r := range s.records {
 		hasRunners = hasRunners || len(r.Runners) > 0
-		hasGRPC = hasGRPC || r.GRPC != nil
+		hasGRPC = hasGRPC || len(r.grpcTrials()) > 0
 	}
 	if hasRunners {
 		paths = append(paths, PathClusterIP)
@@ -123,11 +138,16 @@ func (s *Summary) closePaths(o Options) {
 				a.probe.add(r.Trial, float64(v), censored)
 			}
 		}
-		if _, ok := ends[PathDNSGRPC]; ok && r.GRPC != nil {
-			if s.doc.GRPCEnds == nil {
-				s.doc.GRPCEnds = map[string]int{}
+		if _, ok := ends[PathDNSGRPC]; ok {
+			for _, g := range r.grpcTrials() {
+				if g.End == "" {
+					continue // that client did not call the pod
+				}
+				if s.doc.GRPCEnds == nil {
+					s.doc.GRPCEnds = map[string]int{}
+				}
+				s.doc.GRPCEnds[g.End]++
 			}
-			s.doc.GRPCEnds[r.GRPC.End]++
 		}
 		// The path that ended last among those this trial timed.
 		if len(ends) > 1 {
@@ -192,9 +212,9 @@ func (d *SummaryDoc) GRPCEndsLine() string {
 		if w == "" {
 			w = end
 		}
-		parts = append(parts, fmt.Sprintf("%s in %d", w, d.GRPCEnds[end]))
+		parts = append(parts, fmt.Sprintf("%s %d×", w, d.GRPCEnds[end]))
 	}
-	return "The dns-grpc client's connection to the deleted pod ended by " + strings.Join(parts, ", ") + " trials (grpc.end, grpc.mechanism in each trial)."
+	return "The dns-grpc clients' connections of their last calls to the deleted pod ended by " + strings.Join(parts, ", ") + " (grpc.end, grpc.mechanism in each trial)."
 }
 
 // pathRows renders the side-by-side table of the paths: per path its

@@ -172,7 +172,7 @@ func TestPathsDNSGRPC(t *testing.T) {
 	if err := Reporters["text"](s)(&b); err != nil {
 		t.Fatal(err)
 	}
-	if out := b.String(); !strings.Contains(out, "dns-grpc") || !strings.Contains(out, "GOAWAY in 2 trials") {
+	if out := b.String(); !strings.Contains(out, "dns-grpc") || !strings.Contains(out, "GOAWAY 2×") {
 		t.Errorf("text report lacks the dns-grpc path or its ends:\n%s", out)
 	}
 }

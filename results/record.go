@@ -240,6 +240,10 @@ type Runner struct {
 	// is (stats unreadable, no skew estimate, skew bound exceeded, no
 	// response from the deleted pod).
 	Note string `json:"note,omitempty"`
+	// GRPC is the runner's gRPC DNS client's side of the trial (measure
+	// --grpc-dns-rate with --in-cluster-load), on the tool's clock; its
+	// grpc_last_routed is keyed by the runner.
+	GRPC *GRPCTrial `json:"grpc,omitempty"`
 }
 
 // Key is the runner's key of keyed stages: "pod/node".
