@@ -69,8 +69,11 @@ type runner struct {
 	dnsTracker *upstream.Tracker
 	heartbeat  *heartbeat
 	gen        *load.Generator
-	// grpcGen is the gRPC DNS client (--grpc-dns-rate; nil without).
-	grpcGen *load.Generator
+	// grpcGen is the gRPC DNS client (--grpc-dns-rate; nil without);
+	// grpcSteady is set once the runners' gRPC clients called every probe
+	// pod (runnersSteady).
+	grpcGen    *load.Generator
+	grpcSteady bool
 	// streams holds --streams streams (nil without).
 	streams  *load.StreamHolder
 	probes   probeAPI

@@ -443,9 +443,13 @@ func (r *runner) runnersSteady(ctx context.Context, pods []*corev1.Pod, base map
 				return fmt.Sprintf("runner %s: %d of %d streams open through the ClusterIP", p.Name, open, n), nil
 			}
 		}
-		// The runner's gRPC client must call every probe pod before a
-		// trial: it resolved the headless Service once, at its start.
-		if c := s.GRPCClient; c != nil {
+		// The runner's gRPC client must call every probe pod before the
+		// first trial: it resolved the headless Service once, at its
+		// start. Not before later ones: it learns of a replacement pod
+		// only when it resolves again, at most every 30 s after a lost
+		// connection (grpc-go), and a trial deletes the oldest pod, which
+		// it knows; a trial whose pod it did not call says so.
+		if c := s.GRPCClient; c != nil && !r.grpcSteady {
 			for _, pod := range pods {
 				if !slices.ContainsFunc(c.Pods, func(pr load.PodReport) bool { return pr.Pod == pod.Name }) {
 					return fmt.Sprintf("runner %s: pod %s not yet answering its gRPC client (%s)", p.Name, pod.Name, c.Target), nil
@@ -466,6 +470,7 @@ func (r *runner) runnersSteady(ctx context.Context, pods []*corev1.Pod, base map
 			return fmt.Sprintf("pod %s not yet receiving load through the ClusterIP", p.Name), nil
 		}
 	}
+	r.grpcSteady = true
 	return "", nil
 }
 

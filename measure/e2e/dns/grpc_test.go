@@ -107,3 +107,44 @@ func TestGRPCClientLeavesWithItsConnection(t *testing.T) {
 		})
 	}
 }
+
+// The same client in the cluster: an in-cluster runner resolves the
+// headless Service with its pod's resolv.conf (the cluster DNS through the
+// kube-dns Service) and calls the pods; its record is the tool's client's,
+// keyed by the runner and put on the tool's clock with the runner's skew.
+// Without MaxConnectionAge its calls also end with the drain's GOAWAY, after
+// CoreDNS dropped the pod.
+//
+// Two trials: the wiring, each checked on its own (the mechanism is the
+// first test's).
+func TestGRPCClientInTheCluster(t *testing.T) {
+	cfg := Config(t, cluster, 2)
+	cfg.GRPCDNSRate, cfg.InClusterLoad, cfg.InClusterRate = 20, 1, 20
+	sink := e2etest.Run(t, cfg, 10*time.Minute)
+	if g := sink.Meta.GRPCDNS; g == nil || !strings.HasPrefix(g.RunnerTarget, "dns:///") {
+		t.Fatalf("header grpc_dns %+v, want the runners' target", g)
+	}
+	key := DNSKey(cluster)
+	called := 0
+	for _, r := range sink.Records {
+		removed, okR := r.StageKey(results.StageDNSRemoved, key)
+		for _, rn := range r.Runners {
+			last, ok := r.StageKey(results.StageGRPCLastRouted, rn.Key())
+			if rn.GRPC == nil || !ok {
+				t.Logf("trial %d: runner %s: %+v, note %q", r.Trial, rn.Key(), rn.GRPC, rn.Note)
+				continue
+			}
+			called++
+			t.Logf("trial %d: runner %s: dns_removed→grpc_last_routed %s, end %s: %s", r.Trial, rn.Key(), last.At.Sub(removed.At), rn.GRPC.End, rn.GRPC.Mechanism)
+			if last.Clock != results.ClockRunner || rn.GRPC.End != results.GRPCEndGoaway || !strings.Contains(rn.GRPC.Mechanism, "drained before its exit") {
+				t.Errorf("trial %d: runner %s: stage %+v, record %+v; want the drain's GOAWAY", r.Trial, rn.Key(), last, rn.GRPC)
+			}
+			if !okR || !last.At.After(removed.At) {
+				t.Errorf("trial %d: runner %s: last call %s, dns_removed %v: want calls after CoreDNS dropped the pod", r.Trial, rn.Key(), last.At, removed.At)
+			}
+		}
+	}
+	if called < len(sink.Records) {
+		t.Errorf("the runner's gRPC client called the deleted pod in %d of %d trials", called, len(sink.Records))
+	}
+}
