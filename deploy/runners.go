@@ -45,6 +45,9 @@ type RunnerParams struct {
 	// Service; measure --grpc-dns-rate with --in-cluster-load); "": none.
 	GRPCTarget string
 	GRPCRate   float64
+	// GRPCWaitAddrs holds each runner's gRPC client back until DNS answers
+	// this many addresses (the probe's replicas).
+	GRPCWaitAddrs int
 }
 
 // RunnerSelector selects the runner pods of workload name (and run id).
@@ -97,6 +100,9 @@ func RunnerDeployment(wl *Workload, p Params, rp RunnerParams) (*appsv1.Deployme
 	}
 	if rp.GRPCTarget != "" {
 		c.Command = append(c.Command, "--grpc-url="+rp.GRPCTarget, "--grpc-rate="+strconv.FormatFloat(rp.GRPCRate, 'f', -1, 64))
+		if rp.GRPCWaitAddrs > 0 {
+			c.Command = append(c.Command, "--grpc-wait-addrs="+strconv.Itoa(rp.GRPCWaitAddrs))
+		}
 	}
 	c.Env = []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},

@@ -106,13 +106,13 @@ func TestRunnerDeploymentGRPC(t *testing.T) {
 	p := testParams()
 	wl := mustRender(t, p)
 	rp := testRunners()
-	rp.GRPCTarget, rp.GRPCRate = "dns:///probe-headless.ns.svc.cluster.local:8081", 12.5
+	rp.GRPCTarget, rp.GRPCRate, rp.GRPCWaitAddrs = "dns:///probe-headless.ns.svc.cluster.local:8081", 12.5, 3
 	d, err := RunnerDeployment(wl, p, rp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := strings.Join(d.Spec.Template.Spec.Containers[0].Command, " ")
-	if !strings.Contains(cmd, "--grpc-url=dns:///probe-headless.ns.svc.cluster.local:8081 --grpc-rate=12.5") {
+	if !strings.Contains(cmd, "--grpc-url=dns:///probe-headless.ns.svc.cluster.local:8081 --grpc-rate=12.5 --grpc-wait-addrs=3") {
 		t.Errorf("runner command %q lacks the gRPC client", cmd)
 	}
 }

@@ -124,7 +124,7 @@ func (r *runner) renderRunners(svc *corev1.Service) (*appsv1.Deployment, error) 
 	if r.cfg.GRPCDNSRate > 0 {
 		// Each runner is also a gRPC client of the headless Service,
 		// resolving it with its pod's resolv.conf: the cluster DNS.
-		rp.GRPCTarget, rp.GRPCRate = r.runnerGRPCTarget(), r.cfg.GRPCDNSRate
+		rp.GRPCTarget, rp.GRPCRate, rp.GRPCWaitAddrs = r.runnerGRPCTarget(), r.cfg.GRPCDNSRate, int(r.cfg.Replicas)
 	}
 	return deploy.RunnerDeployment(r.wl, r.params, rp)
 }

@@ -19,6 +19,7 @@ const (
 	flagLoadURL     = "url"
 	flagGRPCURL     = "grpc-url"
 	flagGRPCRate    = "grpc-rate"
+	flagGRPCWait    = "grpc-wait-addrs"
 	flagLoadHost    = "host"
 	flagStatsListen = "stats-listen"
 	flagDeadline    = "deadline"
@@ -66,6 +67,7 @@ measure --in-cluster-load runs it in pods and reads these through the API server
 			&cli.StringFlag{Name: measure.FlagReconnect, Value: load.ReconnectGRPCDefault, Usage: "re-open policy of the streams: grpc-default, immediate, DUR±JITTER"},
 			&cli.StringFlag{Name: flagGRPCURL, Usage: "also make unary gRPC calls to this dns:///NAME:PORT target (grpc-go's dns resolver, round_robin), beside --url: what it saw is grpc_client in /stats"},
 			&cli.Float64Flag{Name: flagGRPCRate, Value: 20, Usage: "calls per second to --grpc-url"},
+			&cli.IntFlag{Name: flagGRPCWait, Usage: "start the --grpc-url client only once DNS answers its name with this many addresses (grpc-go resolves again only when a connection is lost)"},
 			&cli.StringFlag{Name: flagPodName, EnvVars: []string{"POD_NAME"}, Usage: "name reported in /stats"},
 			&cli.StringFlag{Name: flagNodeName, EnvVars: []string{"NODE_NAME"}, Usage: "node reported in /stats"},
 		},
@@ -93,6 +95,7 @@ func loadConfig(c *cli.Context, now time.Time) (load.RunnerConfig, error) {
 	}
 	if u := c.String(flagGRPCURL); u != "" {
 		cfg.GRPC = &load.Config{URL: u, Rate: c.Float64(flagGRPCRate), Timeout: c.Duration(flagLoadTimeout)}
+		cfg.GRPCWaitAddrs = c.Int(flagGRPCWait)
 	}
 	if s := c.String(flagDeadline); s != "" {
 		d, err := load.ParseDeadline(s, now)

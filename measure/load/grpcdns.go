@@ -589,3 +589,36 @@ func grpcKind(err error) string {
 	}
 	return "grpc_" + strings.ToLower(strings.ReplaceAll(st.Code().String(), " ", "_"))
 }
+
+// waitAddrs asks DNS for the name of a dns:// target every 200 ms until it
+// answers at least n addresses; false if ctx ended first. The authority of
+// dns://SERVER/NAME:PORT is the server asked, as grpc-go's resolver does.
+func waitAddrs(ctx context.Context, target string, n int) bool {
+	u, err := url.Parse(target)
+	if err != nil {
+		return false
+	}
+	host, _, err := net.SplitHostPort(strings.TrimPrefix(u.Path, "/"))
+	if err != nil {
+		return false
+	}
+	r := net.DefaultResolver
+	if u.Host != "" {
+		server := u.Host
+		r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, server)
+		}}
+	}
+	for {
+		addrs, _ := r.LookupHost(ctx, host)
+		if len(addrs) >= n {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -261,7 +261,7 @@ func TestRunnerGRPCClient(t *testing.T) {
 	ps := serveGRPCProbes(t, 0, 0, a, b)
 	z := &dnstest.Zone{Name: grpcTestName + ".", Addrs: []netip.Addr{a, b}, TTL: 1}
 	target := "dns://" + dnstest.Serve(t, z) + "/" + grpcTestName + ":" + strconv.Itoa(int(ps[0].addr.Port()))
-	cfg := RunnerConfig{Load: Config{URL: target, Rate: 20}, GRPC: &Config{URL: target, Rate: 100},
+	cfg := RunnerConfig{Load: Config{URL: target, Rate: 20}, GRPC: &Config{URL: target, Rate: 100}, GRPCWaitAddrs: 2,
 		StatsListen: "127.0.0.1:0", Deadline: time.Now().Add(time.Minute)}
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan net.Addr, 1)
@@ -296,5 +296,26 @@ func TestRunnerGRPCClient(t *testing.T) {
 	bad.GRPC = &Config{URL: "http://x/", Rate: 1}
 	if err := bad.Validate(time.Now()); err == nil || !strings.Contains(err.Error(), "--grpc-url") {
 		t.Errorf("an http --grpc-url: %v", err)
+	}
+}
+
+// waitAddrs holds a client back until DNS answers enough addresses.
+func TestWaitAddrs(t *testing.T) {
+	a, b := netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("10.244.2.6")
+	z := &dnstest.Zone{Name: grpcTestName + ".", Addrs: []netip.Addr{a}, TTL: 1}
+	target := "dns://" + dnstest.Serve(t, z) + "/" + grpcTestName + ":8081"
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if waitAddrs(ctx, target, 2) {
+		t.Fatal("waitAddrs returned with one address of two")
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		z.Set(a, b)
+	}()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if !waitAddrs(ctx2, target, 2) {
+		t.Fatal("waitAddrs did not return once DNS answered both addresses")
 	}
 }

@@ -63,6 +63,13 @@ type RunnerConfig struct {
 	// --grpc-rate), as a gRPC client in the cluster resolving a headless
 	// Service; what it saw is Stats.GRPCClient.
 	GRPC *Config
+	// GRPCWaitAddrs, if above 0, holds the gRPC load back until DNS
+	// answers the target's name with at least that many addresses
+	// (--grpc-wait-addrs): grpc-go resolves once at the start and again
+	// only when a connection is lost, so a client started while a
+	// Deployment's pods were still turning ready would never learn of the
+	// rest.
+	GRPCWaitAddrs int
 }
 
 // Validate checks c at now; messages name the flag of epwindow load.
@@ -355,6 +362,10 @@ func RunRunner(ctx context.Context, cfg RunnerConfig, clk clock.Clock, ready fun
 	grpcDone := make(chan error, 1)
 	go func() {
 		if gg == nil {
+			grpcDone <- nil
+			return
+		}
+		if cfg.GRPCWaitAddrs > 0 && !waitAddrs(gctx, cfg.GRPC.URL, cfg.GRPCWaitAddrs) {
 			grpcDone <- nil
 			return
 		}
