@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -44,14 +43,14 @@ const (
 	ConnEndGoaway = "goaway"
 	// ConnEndReset: the connection was reset (the pod's process exited
 	// with the connection open, or its address went away).
-	ConnEndReset = "reset"
+	ConnEndReset = KindReset
 	// ConnEndEOF: the server closed it without a GOAWAY.
-	ConnEndEOF = "eof"
+	ConnEndEOF = KindEOF
 	// ConnEndClient: the client closed it: its resolver's answer no
 	// longer held the address, so the balancer shut the subchannel.
 	ConnEndClient = "client"
 	// ConnEndRefused: the dial was refused (no listener at the address).
-	ConnEndRefused = "refused"
+	ConnEndRefused = KindRefused
 	// ConnEndError: any other read or dial error.
 	ConnEndError = "error"
 )
@@ -253,22 +252,14 @@ func (g *grpcLogger) resolved(s resolver.State, err error) {
 	r.Addrs = slices.Compact(r.Addrs)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.log.Resolutions) >= maxGRPCResolutions {
-		g.log.Dropped++
-		return
-	}
-	g.log.Resolutions = append(g.log.Resolutions, r)
+	appendCapped(&g.log, &g.log.Resolutions, r, maxGRPCResolutions)
 }
 
 func (g *grpcLogger) resolveNow() {
 	at := g.clk.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.log.ResolveNow) >= maxGRPCResolutions {
-		g.log.Dropped++
-		return
-	}
-	g.log.ResolveNow = append(g.log.ResolveNow, at)
+	appendCapped(&g.log, &g.log.ResolveNow, at, maxGRPCResolutions)
 }
 
 // open adds a connection and returns its index (-1 when the log is full).
@@ -276,16 +267,25 @@ func (g *grpcLogger) open(addr, end string) int {
 	at := g.clk.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.log.Conns) >= maxGRPCConns {
-		g.log.Dropped++
-		return -1
-	}
 	c := GRPCConn{ID: int64(len(g.log.Conns)) + 1, Addr: addr, Dialed: at, End: end}
 	if end != "" {
 		c.Ended = at
 	}
-	g.log.Conns = append(g.log.Conns, c)
+	if !appendCapped(&g.log, &g.log.Conns, c, maxGRPCConns) {
+		return -1
+	}
 	return len(g.log.Conns) - 1
+}
+
+// appendCapped appends v to one of l's lists unless it holds max entries
+// already, which l.Dropped counts instead; false then. g.mu held.
+func appendCapped[T any](l *GRPCLog, list *[]T, v T, max int) bool {
+	if len(*list) >= max {
+		l.Dropped++
+		return false
+	}
+	*list = append(*list, v)
+	return true
 }
 
 // ended records the end of connection i as how, unless it ended already;
@@ -469,17 +469,16 @@ func (f *frameFeed) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// connEndOf names how a read or dial error ended a connection.
+// connEndOf names how a read or dial error ended a connection: a refusal,
+// a reset or an EOF as classify names a request's failure, the client's own
+// close, or another error.
 func connEndOf(err error) string {
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return ConnEndRefused
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return ConnEndReset
-	case errors.Is(err, io.EOF):
-		return ConnEndEOF
-	case errors.Is(err, net.ErrClosed):
+	if errors.Is(err, net.ErrClosed) {
 		return ConnEndClient
+	}
+	switch k := classify(err); k {
+	case KindRefused, KindReset, KindEOF:
+		return k
 	}
 	return ConnEndError
 }
@@ -514,7 +513,13 @@ func newGRPCClient(cfg Config, clk clock.PassiveClock) (*grpcClient, error) {
 				log.open(addr, connEndOf(err))
 				return nil, err
 			}
-			return newLogConn(c, log, log.open(addr, "")), nil
+			i := log.open(addr, "")
+			if i < 0 {
+				// The log is full: nothing would record this
+				// connection's end or its GOAWAY.
+				return c, nil
+			}
+			return newLogConn(c, log, i), nil
 		}),
 	}
 	if cfg.Host != "" {

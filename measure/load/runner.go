@@ -194,12 +194,19 @@ type GRPCClientStats struct {
 // grpcClientStats is g's GRPCClientStats (g in the gRPC mode).
 func grpcClientStats(g *Generator) *GRPCClientStats {
 	t := g.Totals()
-	s := &GRPCClientStats{Target: g.cfg.URL, Sent: t.Sent, OK: t.OK, Failed: t.Failed, Failures: g.FailureTotals(), Pods: []PodReport{}}
-	for _, ps := range g.Pods() {
-		s.Pods = append(s.Pods, podReport(ps))
-	}
+	s := &GRPCClientStats{Target: g.cfg.URL, Sent: t.Sent, OK: t.OK, Failed: t.Failed, Failures: g.FailureTotals(), Pods: podReports(g)}
 	s.Log, _ = g.GRPCLog()
 	return s
+}
+
+// podReports is g's PodStats as JSON, by pod name; empty, not nil, when
+// no pod answered yet.
+func podReports(g *Generator) []PodReport {
+	out := []PodReport{}
+	for _, ps := range g.Pods() {
+		out = append(out, podReport(ps))
+	}
+	return out
 }
 
 // QueryStreamsSince is /stats' query parameter for the first stream event
@@ -292,10 +299,7 @@ func statsHandler(g, gg *Generator, h *StreamHolder, cfg RunnerConfig, clk clock
 		t := g.Totals()
 		s := Stats{Version: StatsVersion, Pod: cfg.Pod, Node: cfg.Node, Target: cfg.Load.URL,
 			Started: t.Start, Deadline: cfg.Deadline, Sent: t.Sent, OK: t.OK, Failed: t.Failed,
-			Dropped: t.Dropped, Rate: t.Rate, Failures: g.FailureTotals(), Pods: []PodReport{}}
-		for _, ps := range g.Pods() {
-			s.Pods = append(s.Pods, podReport(ps))
-		}
+			Dropped: t.Dropped, Rate: t.Rate, Failures: g.FailureTotals(), Pods: podReports(g)}
 		s.IdleSince = idle.get()
 		if l, ok := g.GRPCLog(); ok {
 			s.GRPC = &l
