@@ -63,6 +63,12 @@ type trialInput struct {
 // suspect data is kept with a coded reason for each fault (results.Reason),
 // which invalidates only the stages it corrupts. Details name no flag: the
 // results file outlives the command line.
+// addStage appends a stage at instant at to rec, its offset from rec.T0.
+func addStage(rec *results.Record, name, key string, at time.Time, unc time.Duration, clk results.Clock) {
+	rec.Stages = append(rec.Stages, results.Stage{Name: name, Key: key, At: at, OffsetNS: int64(at.Sub(rec.T0)),
+		UncertaintyNS: int64(unc), Clock: clk})
+}
+
 func buildRecord(in trialInput) *results.Record {
 	rec := &results.Record{
 		Kind: results.KindTrial, Trial: in.trial, Pod: in.pod, Node: in.node, PodIP: in.addr.String(),
@@ -73,11 +79,9 @@ func buildRecord(in trialInput) *results.Record {
 		reasons = append(reasons, results.Reason{Code: code, Detail: fmt.Sprintf(format, a...)})
 	}
 	add := func(name, key string, at time.Time, unc time.Duration, clk results.Clock) {
-		if at.IsZero() {
-			return
+		if !at.IsZero() {
+			addStage(rec, name, key, at, unc, clk)
 		}
-		rec.Stages = append(rec.Stages, results.Stage{Name: name, Key: key, At: at, OffsetNS: int64(at.Sub(in.t0)),
-			UncertaintyNS: int64(unc), Clock: clk})
 	}
 	if in.rollout {
 		// T0 is pod_terminating_seen: the Deployment controller deleted the

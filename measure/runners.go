@@ -364,8 +364,7 @@ func clusterStages(rec *results.Record, states []*runnerState, pod string, maxSk
 			// clock corrected by its skew, ms + skew bound.
 			at := st.skew.ToTool(ps.Last)
 			unc := st.skew.Uncertainty + ps.Last.Sub(ps.LastSent)
-			rec.Stages = append(rec.Stages, results.Stage{Name: results.StageClusterLastRouted, Key: rn.Key(), At: at,
-				OffsetNS: int64(at.Sub(rec.T0)), UncertaintyNS: int64(unc), Clock: results.ClockRunner})
+			addStage(rec, results.StageClusterLastRouted, rn.Key(), at, unc, results.ClockRunner)
 		}
 		if c := st.stats.GRPCClient; c != nil && st.statsOK && st.skewOK && (maxSkew == 0 || st.skew.Uncertainty <= maxSkew) {
 			rn.GRPC = runnerGRPC(rec, st, c, pod, rn.Key(), drainFrom)
@@ -385,8 +384,7 @@ func runnerGRPC(rec *results.Record, st *runnerState, c *load.GRPCClientStats, p
 		}
 	}
 	add := func(name, key string, at time.Time, unc time.Duration, clk results.Clock) {
-		rec.Stages = append(rec.Stages, results.Stage{Name: name, Key: key, At: at, OffsetNS: int64(at.Sub(rec.T0)),
-			UncertaintyNS: int64(unc), Clock: clk})
+		addStage(rec, name, key, at, unc, clk)
 	}
 	return grpcTrialOn(in, grpcClock{key: key, toTool: st.skew.ToTool, unc: st.skew.Uncertainty, clock: results.ClockRunner},
 		rec.T0, drainFrom, add)

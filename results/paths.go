@@ -59,8 +59,8 @@ func (r *Record) RunnerAddrs() map[string]bool {
 
 // PathProbeLast is the latest last_accept offset from one path's peers:
 // the runners' addresses for PathClusterIP, every other key for
-// PathIngress. PathDNSGRPC has none of its own: the gRPC client runs
-// beside the tool, whose address the ingress's peers may share.
+// PathIngress. PathDNSGRPC has none: the probe counts its gRPC port's
+// calls as requests, not traffic, so no last_accept is theirs.
 func (r *Record) PathProbeLast(path string) (time.Duration, bool) {
 	if path == PathDNSGRPC {
 		return 0, false
@@ -196,6 +196,13 @@ func (d *SummaryDoc) SetsWindow() (path, sentence string) {
 	}
 	return best.Path, fmt.Sprintf("The %s path ended last in %d of %d trials that timed it beside another path: it sets the window, and the recommendation covers it.",
 		best.Path, best.Latest, best.Compared)
+}
+
+// PathsNote is what the report prints under the paths table: which path
+// ended last, and how the gRPC DNS clients' connections ended.
+func (d *SummaryDoc) PathsNote() string {
+	_, sentence := d.SetsWindow()
+	return strings.TrimSpace(sentence + " " + d.GRPCEndsLine())
 }
 
 // GRPCEndsLine says how the gRPC DNS client's last connection to the

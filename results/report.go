@@ -338,9 +338,7 @@ func NewTextReporterWidth(s *Summary, width int) Reporter {
 			for _, l := range lines {
 				e.printf("%s\n", l)
 			}
-			_, sentence := d.SetsWindow()
-			sentence = strings.TrimSpace(sentence + " " + d.GRPCEndsLine())
-			for _, l := range wrap(strings.Fields(sentence), " ", lineWidth) {
+			for _, l := range wrap(strings.Fields(d.PathsNote()), " ", lineWidth) {
 				e.printf("%s\n", l)
 			}
 			e.printf("cluster (runner) failures: all trials %s\n", failuresLine(d.ClusterFailures))
@@ -484,9 +482,7 @@ func NewMarkdownReporter(s *Summary) Reporter {
 				r[0], r[1] = "`"+r[0]+"`", "`"+r[1]+"`"
 				e.printf("| %s |\n", strings.Join(r, " | "))
 			}
-			_, sentence := d.SetsWindow()
-			sentence = strings.TrimSpace(sentence + " " + d.GRPCEndsLine())
-			e.printf("\n%s Offsets from T0 unless noted; cluster (runner) failures in all trials: %s.\n\n", sentence, failuresLine(d.ClusterFailures))
+			e.printf("\n%s Offsets from T0 unless noted; cluster (runner) failures in all trials: %s.\n\n", d.PathsNote(), failuresLine(d.ClusterFailures))
 		}
 		if len(d.StartupStages) > 0 {
 			e.printf("### Startup of the replacement pods\n\n")
