@@ -25,6 +25,14 @@ import (
 // node tn0 against a fake API; the test binary is the shim and the app.
 func startTestAgent(t testing.TB) (*fake.Clientset, Config) {
 	t.Helper()
+	return startTestAgentWith(t, nil)
+}
+
+// startTestAgentWith is startTestAgent with setup run on the fake API
+// before the agent starts (reactors must be in place before anything uses
+// the client).
+func startTestAgentWith(t testing.TB, setup func(*fake.Clientset)) (*fake.Clientset, Config) {
+	t.Helper()
 	cfg := testNetConfig(t)
 	cfg.Nodes = []string{"tn0"}
 	exe, err := os.Executable()
@@ -49,6 +57,9 @@ func startTestAgent(t testing.TB) (*fake.Clientset, Config) {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset()
+	if setup != nil {
+		setup(client)
+	}
 	cfg.Client = client
 	cfg.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	ag, err := Start(context.Background(), cfg)

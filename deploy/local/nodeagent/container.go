@@ -63,8 +63,19 @@ func (w *podWorker) initDone() bool {
 
 // start starts one container process and its readiness prober.
 func (w *podWorker) start(ctx context.Context, c *container) error {
-	info := podRuntimeInfo{PodIP: w.podIP, HostIP: w.a.hostIP}
+	svcEnv, err := serviceEnv(ctx, w)
+	if err != nil {
+		return err
+	}
+	info := podRuntimeInfo{PodIP: w.podIP, HostIP: w.a.hostIP, ServiceEnv: svcEnv}
 	env, err := containerEnv(ctx, w.a.client, w.pod, &c.spec, info)
+	if err != nil {
+		return err
+	}
+	if err := w.prepareVolumes(ctx); err != nil {
+		return err
+	}
+	mounts, err := w.containerMounts(&c.spec)
 	if err != nil {
 		return err
 	}
@@ -72,7 +83,7 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 	if err != nil {
 		return err
 	}
-	spec := shimSpec{NetNS: w.nsPath, Hostname: w.pod.Name, Path: path, Args: argv, Env: env, Dir: c.spec.WorkingDir}
+	spec := shimSpec{NetNS: w.nsPath, Hostname: w.pod.Name, Path: path, Args: argv, Env: env, Dir: c.spec.WorkingDir, Mounts: mounts}
 	if err := applySecurity(&spec, w.pod, &c.spec); err != nil {
 		return err
 	}
@@ -342,8 +353,17 @@ func (w *podWorker) probeOnce(ctx context.Context, c *container, p *v1.Probe, ti
 // execIn runs command inside the container's namespaces and user, like a
 // CRI ExecSync, and fails on a non-zero exit or at the timeout.
 func (w *podWorker) execIn(ctx context.Context, c *container, command []string, timeout time.Duration) error {
-	info := podRuntimeInfo{PodIP: w.podIP, HostIP: w.a.hostIP}
+	svcEnv, err := serviceEnv(ctx, w)
+	if err != nil {
+		return err
+	}
+	info := podRuntimeInfo{PodIP: w.podIP, HostIP: w.a.hostIP, ServiceEnv: svcEnv}
 	env, err := containerEnv(ctx, w.a.client, w.pod, &c.spec, info)
+	if err != nil {
+		return err
+	}
+	// The volumes were laid out before the container first started.
+	mounts, err := w.containerMounts(&c.spec)
 	if err != nil {
 		return err
 	}
@@ -353,7 +373,7 @@ func (w *podWorker) execIn(ctx context.Context, c *container, command []string, 
 	if err != nil {
 		return err
 	}
-	spec := shimSpec{NetNS: w.nsPath, Hostname: w.pod.Name, Path: path, Args: argv, Env: env, Dir: c.spec.WorkingDir}
+	spec := shimSpec{NetNS: w.nsPath, Hostname: w.pod.Name, Path: path, Args: argv, Env: env, Dir: c.spec.WorkingDir, Mounts: mounts}
 	if err := applySecurity(&spec, w.pod, &c.spec); err != nil {
 		return err
 	}

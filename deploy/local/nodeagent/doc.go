@@ -56,7 +56,21 @@
 // Readiness, liveness and startup probes (httpGet, tcpSocket, exec) run as
 // the kubelet's prober workers do; gRPC probes are not supported.
 //
-// It does not pull images, mount volumes, run postStart hooks, sidecar (restartable init) containers, resource limits
-// (cgroups), or PID/IPC namespaces, and it does not inject Service
-// environment variables.
+// Volumes are laid out before a pod's first container starts (volume.go):
+// emptyDir, configMap, secret, downwardAPI and projected volumes (the
+// ServiceAccount admission plugin's kube-api-access-*: a token requested
+// for the pod and refreshed at 80% of its life, the cluster CA, the
+// namespace) under the pod's directory, persistentVolumeClaim volumes at
+// their bound hostPath or local PersistentVolume's path, and hostPath
+// volumes. The shim binds them at their mount paths; a mount path missing
+// on this machine is made inside an overlay of its deepest existing
+// directory, in the container's mount namespace only (shimmount.go), so
+// the host's filesystem is never written for a container. Every container
+// gets the kubernetes Service's KUBERNETES_SERVICE_HOST/PORT variables, as
+// the kubelet gives them, so client-go's in-cluster config works.
+//
+// It does not pull images, run postStart hooks, sidecar (restartable init)
+// containers, resource limits (cgroups), or PID/IPC namespaces; it does not
+// inject the other Services' link variables (enableServiceLinks), enforce
+// an emptyDir's sizeLimit or back medium Memory with a tmpfs.
 package nodeagent

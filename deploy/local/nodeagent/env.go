@@ -24,13 +24,18 @@ const basePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 type podRuntimeInfo struct {
 	PodIP  string
 	HostIP string
+	// ServiceEnv comes first in every container's environment, below
+	// anything the container sets itself (see serviceEnv).
+	ServiceEnv []v1.EnvVar
 }
 
 // containerEnv resolves a container's environment as the kubelet does
 // (pkg/kubelet/kubelet_pods.go, makeEnvironmentVariables): envFrom sources
 // first, then env entries in order, each value expanded with $(VAR)
 // against the variables defined before it. ConfigMap and Secret references
-// are read through client. Service-link variables are not injected.
+// are read through client. info.ServiceEnv (the kubernetes Service's
+// variables) comes first and can be referenced and overridden; the other
+// Services' links are not injected.
 // The result also sets HOSTNAME (pod name) and, unless the pod sets it,
 // PATH, as a runtime and an image would.
 func containerEnv(ctx context.Context, client kubernetes.Interface, pod *v1.Pod, c *v1.Container, info podRuntimeInfo) ([]string, error) {
@@ -41,6 +46,9 @@ func containerEnv(ctx context.Context, client kubernetes.Interface, pod *v1.Pod,
 			order = append(order, k)
 		}
 		vars[k] = v
+	}
+	for _, e := range info.ServiceEnv {
+		set(e.Name, e.Value)
 	}
 	for _, ef := range c.EnvFrom {
 		data, err := envFromData(ctx, client, pod.Namespace, ef)

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -52,6 +53,11 @@ type appReport struct {
 	Hostname  string            `json:"hostname"`
 	UID       int               `json:"uid"`
 	RootRO    bool              `json:"root_ro"`
+	// Files are the contents of the paths in TESTAPP_READ (comma
+	// separated), read at start; WriteErr is the error of writing
+	// TESTAPP_WRITE, if any.
+	Files    map[string]string `json:"files,omitempty"`
+	WriteErr string            `json:"write_err,omitempty"`
 }
 
 // testApp serves :8080 (/healthz, /prestop, /report) and on SIGTERM writes
@@ -69,8 +75,23 @@ func testApp(args []string) {
 	}
 	var mu sync.Mutex
 	rep := appReport{Env: map[string]string{}, UID: os.Getuid()}
-	for _, k := range []string{"POD_NAME", "POD_NAMESPACE", "POD_IP", "NODE_NAME", "GREETING", "PATH"} {
+	for _, k := range []string{"POD_NAME", "POD_NAMESPACE", "POD_IP", "NODE_NAME", "GREETING", "PATH", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} {
 		rep.Env[k] = os.Getenv(k)
+	}
+	if r := os.Getenv("TESTAPP_READ"); r != "" {
+		rep.Files = map[string]string{}
+		for _, p := range strings.Split(r, ",") {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				b = []byte("error: " + err.Error())
+			}
+			rep.Files[p] = string(b)
+		}
+	}
+	if p := os.Getenv("TESTAPP_WRITE"); p != "" {
+		if err := os.WriteFile(p, []byte("written"), 0o644); err != nil {
+			rep.WriteErr = err.Error()
+		}
 	}
 	rep.Hostname, _ = os.Hostname()
 	probe := filepath.Join("/", fmt.Sprintf(".epwt-ro-%d", os.Getpid()))

@@ -61,6 +61,7 @@ type podWorker struct {
 	grace      int64
 	killBy     time.Time // a shortened deadline, zero if none
 	status     *statusSyncer
+	vols       map[string]podVolume // nil until prepareVolumes
 }
 
 func newPodWorker(a *agent, pod *v1.Pod) *podWorker {

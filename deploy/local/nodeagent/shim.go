@@ -39,6 +39,8 @@ type shimSpec struct {
 	// /etc/resolv.conf (the pod's DNS, as `ip netns exec` does for
 	// /etc/netns/NAME/resolv.conf).
 	ResolvConf string `json:"resolvConf,omitempty"`
+	// Mounts are the container's volumes (see mountVolumes).
+	Mounts []shimMount `json:"mounts,omitempty"`
 }
 
 // shimCloneFlags are the namespaces the agent creates for the shim when it
@@ -79,6 +81,10 @@ func shim(args []string) error {
 			return err
 		}
 	}
+	binary := s.Path
+	if err := pinSources(&s); err != nil {
+		return err
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -87,7 +93,19 @@ func shim(args []string) error {
 			return fmt.Errorf("set hostname: %w", err)
 		}
 	}
+	// Opened before the volumes are mounted: a volume under /run may
+	// overlay the directory that holds the namespace's file.
+	fd, err := unix.Open(s.NetNS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open pod network namespace: %w", err)
+	}
 	if err := setupDev(); err != nil {
+		return err
+	}
+	// Volumes first: one whose mount point needs an overlay would hide
+	// the files bound below it.
+	overlays, err := mountVolumes(s.Mounts)
+	if err != nil {
 		return err
 	}
 	if s.TermLog != "" && s.TermPath != "" {
@@ -101,13 +119,11 @@ func shim(args []string) error {
 		}
 	}
 	if s.ReadOnlyRoot {
-		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-			return fmt.Errorf("remount / read-only: %w", err)
+		for _, p := range append([]string{"/"}, overlays...) {
+			if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+				return fmt.Errorf("remount %s read-only: %w", p, err)
+			}
 		}
-	}
-	fd, err := unix.Open(s.NetNS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open pod network namespace: %w", err)
 	}
 	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
 		return fmt.Errorf("enter pod network namespace: %w", err)
@@ -144,7 +160,43 @@ func shim(args []string) error {
 		return errors.New("the node agent exited while the container was starting")
 	}
 	err = syscall.Exec(s.Path, s.Args, s.Env)
-	return fmt.Errorf("exec %s as uid %d: %w", s.Path, os.Getuid(), err)
+	return fmt.Errorf("exec %s as uid %d: %w", binary, os.Getuid(), err)
+}
+
+// pinSources opens the container's binary and every host file the shim
+// binds into the container (volumes, the termination-message file,
+// resolv.conf) before anything is
+// mounted, and names each by its descriptor (/proc/self/fd/N, which mount
+// follows): a volume mounted at /tmp, or an overlay made for a mount point,
+// may cover the agent's state directory that holds them. The descriptors
+// close at exec.
+func pinSources(s *shimSpec) error {
+	pin := func(p *string) error {
+		if *p == "" {
+			return nil
+		}
+		fd, err := unix.Open(*p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", *p, err)
+		}
+		*p = fmt.Sprintf("/proc/self/fd/%d", fd)
+		return nil
+	}
+	if err := pin(&s.Path); err != nil {
+		return err
+	}
+	if err := pin(&s.TermLog); err != nil {
+		return err
+	}
+	if err := pin(&s.ResolvConf); err != nil {
+		return err
+	}
+	for i := range s.Mounts {
+		if err := pin(&s.Mounts[i].Source); err != nil {
+			return fmt.Errorf("volume for %s: %w", s.Mounts[i].Target, err)
+		}
+	}
+	return nil
 }
 
 // ownNamespace fails unless this process's namespace of kind ns (mnt,
