@@ -175,6 +175,10 @@ type Cluster struct {
 	IngressURL string
 	// RoutesURL is Skipper's route table, http://127.0.0.1:PORT/routes.
 	RoutesURL string
+	// IngressInClusterURL is Skipper as pods reach it: the ClusterIP of
+	// its Service, kube-system/skipper-ingress, port 80 (empty without
+	// Skipper or kube-proxy).
+	IngressInClusterURL string
 	// TraefikURL is Traefik's web entry point, http://127.0.0.1:PORT, where
 	// its Ingress providers and its Gateway serve (empty without Traefik).
 	TraefikURL string
@@ -385,6 +389,8 @@ func (c *Cluster) parseReady(line string) error {
 			c.IngressURL = v
 		case "routes":
 			c.RoutesURL = v
+		case "ingress-in-cluster":
+			c.IngressInClusterURL = v
 		case "traefik":
 			c.TraefikURL = v
 		case "traefik-https":

@@ -15,8 +15,11 @@ import (
 )
 
 // Controllers are the kube-controller-manager controllers a Deployment
-// rollout needs. The node-lifecycle controller is left out on purpose: the
-// node agent keeps Nodes Ready itself, and nothing here needs eviction.
+// rollout needs, and those epwindow's in-cluster schedule needs: a CronJob
+// makes Jobs, a Job makes its pod, and the history's PersistentVolumeClaim
+// binds to one of the PersistentVolumes `up` creates. The node-lifecycle
+// controller is left out on purpose: the node agent keeps Nodes Ready
+// itself, and nothing here needs eviction.
 var Controllers = []string{
 	"endpointslice-controller",
 	"deployment-controller",
@@ -26,6 +29,9 @@ var Controllers = []string{
 	"serviceaccount-controller",
 	"serviceaccount-token-controller",
 	"root-ca-certificate-publisher-controller",
+	"job-controller",
+	"cronjob-controller",
+	"persistentvolume-binder-controller",
 }
 
 func controllerManagerArgs(p *PKI, kubeconfig string, batchPeriod time.Duration, maxPerSlice int) []string {

@@ -22,28 +22,35 @@ import (
 // bridge's host address: the target of the kubernetes Service's slice.
 const apiPodPort = 6443
 
-// apiForwarder makes the API server (on 127.0.0.1 only) reachable from pods
-// at host:apiPodPort, by copying bytes to it: TLS runs end to end, and the
-// serving certificate names 10.96.0.1, the kubernetes Service's ClusterIP.
-// The address exists only on the pod bridge, so nothing off the machine
-// can reach it.
-type apiForwarder struct {
+// hostForwarder makes a process listening on 127.0.0.1 only reachable from
+// pods at an address of the bridge, by copying bytes to it: for the API
+// server (TLS runs end to end, and the serving certificate names 10.96.0.1,
+// the kubernetes Service's ClusterIP) and for Skipper (see
+// exposeSkipper). The address exists only on the pod bridge, so nothing off
+// the machine can reach it.
+type hostForwarder struct {
 	ln   net.Listener
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	open map[net.Conn]bool
 }
 
-func forwardAPIServer(host netip.Addr, apiURL string) (*apiForwarder, error) {
-	u, err := url.Parse(apiURL)
+func forwardAPIServer(host netip.Addr, apiURL string) (*hostForwarder, error) {
+	return forwardToHost(netip.AddrPortFrom(host, apiPodPort), apiURL)
+}
+
+// forwardToHost listens at addr and forwards every connection to the host
+// and port of targetURL.
+func forwardToHost(addr netip.AddrPort, targetURL string) (*hostForwarder, error) {
+	u, err := url.Parse(targetURL)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(host, apiPodPort).String())
+	ln, err := net.Listen("tcp", addr.String())
 	if err != nil {
-		return nil, fmt.Errorf("listen for pods on %s:%d: %w", host, apiPodPort, err)
+		return nil, fmt.Errorf("listen for pods on %s: %w", addr, err)
 	}
-	f := &apiForwarder{ln: ln, open: map[net.Conn]bool{}}
+	f := &hostForwarder{ln: ln, open: map[net.Conn]bool{}}
 	f.wg.Go(func() {
 		for {
 			c, err := ln.Accept()
@@ -56,7 +63,7 @@ func forwardAPIServer(host netip.Addr, apiURL string) (*apiForwarder, error) {
 	return f, nil
 }
 
-func (f *apiForwarder) track(c net.Conn, on bool) bool {
+func (f *hostForwarder) track(c net.Conn, on bool) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.open == nil {
@@ -70,7 +77,7 @@ func (f *apiForwarder) track(c net.Conn, on bool) bool {
 	return true
 }
 
-func (f *apiForwarder) pipe(c net.Conn, target string) {
+func (f *hostForwarder) pipe(c net.Conn, target string) {
 	defer c.Close()
 	if !f.track(c, true) {
 		return
@@ -88,7 +95,7 @@ func (f *apiForwarder) pipe(c net.Conn, target string) {
 }
 
 // Close stops accepting, ends every open connection and waits for them.
-func (f *apiForwarder) Close() error {
+func (f *hostForwarder) Close() error {
 	err := f.ln.Close()
 	f.mu.Lock()
 	for c := range f.open {

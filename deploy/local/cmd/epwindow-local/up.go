@@ -47,6 +47,7 @@ const (
 	flagDNSCacheAll    = "dns-cache-cluster"
 	flagHAProxy        = "haproxy"
 	flagHAProxyResolve = "haproxy-resolve"
+	flagVolumes        = "volumes"
 )
 
 // maxChurn bounds --churn: more slice writes a second than this machine's
@@ -87,6 +88,8 @@ type upConfig struct {
 	// `timeout resolve`.
 	HAProxy        bool
 	HAProxyResolve time.Duration
+	// Volumes is how many hostPath PersistentVolumes to create.
+	Volumes int
 }
 
 func (c upConfig) skipper() bool { return c.Ingress != ingressTraefik }
@@ -113,6 +116,7 @@ func parseUp(args []string) (upConfig, error) {
 	fs.BoolVar(&c.HAProxy, flagHAProxy, false, "run Debian's HAProxy (make deps) resolving the headless Service "+haproxyNamespace+"/"+haproxyService+" over the probe pods through CoreDNS (needs --dns): a DNS client to measure with --observer haproxy")
 	fs.DurationVar(&c.HAProxyResolve, flagHAProxyResolve, time.Second, "HAProxy's timeout resolve: how often it asks CoreDNS again (HAProxy's default 1s)")
 	fs.BoolVar(&c.DNSCacheCluster, flagDNSCacheAll, false, "let CoreDNS cache the cluster domain's answers too (kubeadm's Corefile does not)")
+	fs.IntVar(&c.Volumes, flagVolumes, 2, "hostPath PersistentVolumes (10Gi, no storage class) for claims to bind to, under DIR/volumes, removed at teardown")
 	ballast := fs.String(flagBallast, "", "SERVICES[xENDPOINTS]: extra selector-less Services with ENDPOINTS (default 5) addresses no pod holds, each with an Ingress of the running class")
 	fs.Float64Var(&c.Churn, flagChurn, 0, "ballast endpoint readiness changes a second, written steadily while the cluster runs (needs --ballast)")
 	if err := fs.Parse(args); err != nil {
@@ -199,6 +203,9 @@ func (c *upConfig) validate() error {
 	if c.DNSCache < 0 || c.DNSCache > time.Hour {
 		return fmt.Errorf("--%s (%s) must be between 0 and 1h", flagDNSCache, c.DNSCache)
 	}
+	if c.Volumes < 0 || c.Volumes > 100 {
+		return fmt.Errorf("--%s (%d) must be between 0 and 100", flagVolumes, c.Volumes)
+	}
 	if c.ProxyMode != kubeproxy.ModeNone && c.Nodes == 0 {
 		return fmt.Errorf("--%s %s needs at least one node (--%s)", flagProxyMode, c.ProxyMode, flagNodes)
 	}
@@ -208,7 +215,7 @@ func (c *upConfig) validate() error {
 // ownedPaths are what `up` creates under DIR besides logs. They are removed
 // before a start (a crashed run's leftovers) and after teardown; nothing
 // else in DIR is touched.
-var ownedPaths = []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", "kubeconfig-coredns", "Corefile", "nodes", "haproxy.cfg", "haproxy.sock"}
+var ownedPaths = []string{"etcd", "pki", "kubeconfig", "kubeconfig-restricted", "kubeconfig-coredns", "Corefile", "nodes", "haproxy.cfg", "haproxy.sock", volumesDir}
 
 // logFiles are the per-component logs under DIR. A start truncates them;
 // teardown leaves them for reading.
@@ -282,6 +289,9 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 	}
 	defer cp.Stop()
 	log.Info("control plane ready", "url", cp.URL, "after", time.Since(start))
+	if err := createVolumes(ctx, cp.Client, cfg.Dir, cfg.Volumes); err != nil {
+		return err
+	}
 
 	nodes, err := startNodes(ctx, cfg, cp, log)
 	if err != nil {
@@ -349,6 +359,18 @@ func up(ctx context.Context, cfg upConfig, stdout io.Writer) (retErr error) {
 		}
 		skipperDone, skipperErr = sk.Done(), sk.Err
 		ready = append(ready, "ingress="+sk.URL, "routes="+sk.RoutesURL)
+		if cfg.ProxyMode != kubeproxy.ModeNone {
+			host, err := nodes.cfg.HostAddr()
+			if err != nil {
+				return err
+			}
+			fwd, inCluster, err := exposeSkipper(ctx, cp.Client, host, sk.URL)
+			if err != nil {
+				return err
+			}
+			defer fwd.Close()
+			ready = append(ready, "ingress-in-cluster="+inCluster)
+		}
 		log.Info("skipper ready", "pid", sk.PID(), "after", time.Since(start))
 	}
 	if cfg.traefik() {

@@ -48,6 +48,9 @@ func TestParseUp(t *testing.T) {
 	if h, err := parseUp([]string{"--dir", "/d", "--bin-dir", "/b", "--dns", "--haproxy", "--haproxy-resolve", "3s"}); err != nil || !h.HAProxy || h.HAProxyResolve != 3*time.Second {
 		t.Errorf("--haproxy: %+v, %v", h, err)
 	}
+	if h, _ := parseUp([]string{"--dir", "/d", "--bin-dir", "/b"}); h.Volumes != 2 {
+		t.Errorf("default --volumes %d, want 2 (a schedule's history and one more)", h.Volumes)
+	}
 	if h, _ := parseUp([]string{"--dir", "/d", "--bin-dir", "/b"}); h.HAProxy || h.HAProxyResolve != time.Second {
 		t.Errorf("defaults: HAProxy %v, resolve %s; want off and HAProxy's 1s", h.HAProxy, h.HAProxyResolve)
 	}
@@ -89,6 +92,8 @@ func TestParseUpRejects(t *testing.T) {
 		{[]string{"--dir", "/d", "--dns", "--dns-cache", "2h"}, "--dns-cache"},
 		{[]string{"--dir", "/d", "--haproxy"}, "--haproxy needs --dns"},
 		{[]string{"--dir", "/d", "--dns", "--haproxy", "--haproxy-resolve", "0s"}, "--haproxy-resolve"},
+		{[]string{"--dir", "/d", "--volumes", "-1"}, "--volumes"},
+		{[]string{"--dir", "/d", "--volumes", "101"}, "--volumes"},
 	} {
 		_, err := parseUp(append(tt.args, "--bin-dir", "/b"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
