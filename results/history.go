@@ -228,7 +228,18 @@ func DriftOf(runs []HistoryRun, o DriftOptions) *Drift {
 	}
 	frozenEnd, changeRun := -1, 0 // once a change is detected: the baseline ends before run frozenEnd
 	var last *Comparison
+	// The newest run with trials: a run that has timed no deletion yet
+	// (a scheduled run just started, or one stopped before its first
+	// trial) carries no evidence, and judging it would blank the bound
+	// and the verdict until its first trial lands.
+	newest := seg.Last
+	for newest > seg.First && counts[newest] == 0 {
+		newest--
+	}
 	for j := seg.First; j <= seg.Last; j++ {
+		if counts[j] == 0 && j != newest {
+			continue
+		}
 		v := RunVerdict{Run: j, Verdict: NotJudged}
 		// The window: run j and the runs before it while they fit in
 		// WindowTrials and leave a whole baseline before them (the first

@@ -150,3 +150,29 @@ func TestDriftNeedSaysHowMany(t *testing.T) {
 		t.Errorf("latest %+v: want run 1 tested against a baseline of run 0, %d trials short", d.Latest, DefaultBaselineTrials-10)
 	}
 }
+
+// A run that has timed no deletion yet (a scheduled run that has just
+// started: its file holds the header only) carries no evidence: the newest
+// judgement stays the last run that has trials, so that the served bound
+// and verdict do not vanish at the start of every run (an alert's `for`
+// would start over each time).
+func TestDriftSkipsRunsWithoutTrials(t *testing.T) {
+	runs := []HistoryRun{historyRun(1, 0, 0, "v1"), historyRun(2, 1, 0, "v1")}
+	started := historyRun(3, 2, 0, "v1")
+	started.File.Trials = nil
+	runs = append(runs, started)
+	d := DriftOf(runs, DriftOptions{})
+	if d.Latest.Run != 1 || d.Latest.WindowP50NS <= 0 || d.Latest.WindowN != 10 {
+		t.Errorf("latest %+v: want run 1, the newest with trials, and its window", d.Latest)
+	}
+	for _, v := range d.Tests {
+		if v.Run == 2 {
+			t.Errorf("run 2, without trials, was tested: %+v", v)
+		}
+	}
+	// A history whose newest segment has no trial at all still says so.
+	only := DriftOf([]HistoryRun{started}, DriftOptions{})
+	if only.Latest.Run != 0 || only.Latest.Verdict != NotJudged || only.Latest.WindowN != 0 {
+		t.Errorf("a lone run without trials: %+v, want it not judged, with no trials", only.Latest)
+	}
+}
