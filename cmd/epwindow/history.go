@@ -69,7 +69,7 @@ is worse and --fail-on-worse is set.`,
 
 // historyFiles lists the results files of args: a folder's *.jsonl, or the
 // files named.
-func historyFiles(args []string) ([]string, error) {
+func historyFiles(args []string, emptyOK bool) ([]string, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("want a history folder or results files")
 	}
@@ -87,7 +87,7 @@ func historyFiles(args []string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(m) == 0 {
+		if len(m) == 0 && !emptyOK {
 			return nil, fmt.Errorf("%s holds no results file (*.jsonl)", a)
 		}
 		files = append(files, m...)
@@ -134,7 +134,10 @@ func historyAction(c *cli.Context, cmd string) error {
 	if c.Duration(flagDocumented) < 0 {
 		return cli.Exit(fmt.Sprintf("epwindow history: --%s %v: must not be negative", flagDocumented, c.Duration(flagDocumented)), exitUsage)
 	}
-	runs, err := loadHistory(c.Args().Slice())
+	// Served, a folder may be empty yet: deployed beside a new schedule,
+	// the server starts before the first run has written its file.
+	serving := c.String(flagServe) != ""
+	runs, err := loadHistory(c.Args().Slice(), serving)
 	if err != nil {
 		return cli.Exit("epwindow "+cmd+": "+err.Error(), exitUsage)
 	}
@@ -165,8 +168,8 @@ func historyAction(c *cli.Context, cmd string) error {
 }
 
 // loadHistory reads the runs of args (see historyFiles), oldest first.
-func loadHistory(args []string) ([]results.HistoryRun, error) {
-	files, err := historyFiles(args)
+func loadHistory(args []string, emptyOK bool) ([]results.HistoryRun, error) {
+	files, err := historyFiles(args, emptyOK)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +222,7 @@ func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.Drift
 		case err := <-served:
 			return cli.Exit("epwindow history: serve: "+err.Error(), exitFailure)
 		case <-tick.C:
-			runs, err := loadHistory(c.Args().Slice())
+			runs, err := loadHistory(c.Args().Slice(), true)
 			if err != nil {
 				fmt.Fprintf(c.App.ErrWriter, "epwindow history: read again: %v (serving the last state)\n", err)
 				continue

@@ -118,13 +118,12 @@ func (s *syncBuffer) String() string {
 }
 
 // --serve: the history's metrics in OpenMetrics on /metrics, read again
-// every --refresh: a slow run added to the folder turns the verdict worse
-// on a later scrape. The command stops cleanly with its context.
+// every --refresh: it starts on a folder the schedule has not written yet
+// (a fresh deployment), picks up the runs as they come, and a slow run added
+// to the folder turns the verdict worse on a later scrape. The command
+// stops cleanly with its context.
 func TestHistoryServe(t *testing.T) {
 	dir := t.TempDir()
-	for i := range 8 {
-		writeHistoryRun(t, dir, i, "v1.37.2", 0)
-	}
 	var out, errOut syncBuffer
 	app := newApp("epwindow")
 	app.Writer, app.ErrWriter = &out, &errOut
@@ -161,6 +160,10 @@ func TestHistoryServe(t *testing.T) {
 				t.Fatalf("no %q in the metrics within 20 s:\n%s\nstderr:\n%s", want, body, errOut.String())
 			}
 		}
+	}
+	scrape("epwindow_history_runs 0")
+	for i := range 8 {
+		writeHistoryRun(t, dir, i, "v1.37.2", 0)
 	}
 	body := scrape(`epwindow_drift_verdict{verdict="same"} 1`)
 	for _, want := range []string{"# EOF", "epwindow_documented_prestop_seconds 5", `epwindow_stage_seconds_bucket{stage="window",le="3.0"}`} {
