@@ -201,7 +201,9 @@ test: deps
 # and the highest rate it sustains through Skipper next to vegeta at that
 # rate (hack/benchclusterip, about 2 minutes); and what measure costs a
 # 2,000-Service local cluster: API requests, bytes read from Skipper, RSS
-# and CPU (hack/bench-footprint.sh, about 4 minutes).
+# and CPU (hack/bench-footprint.sh, about 4 minutes); and what one run of
+# the in-cluster schedule costs from inside its pod: API requests, peak RSS
+# and CPU, its duration (hack/benchschedule, about 3 minutes).
 bench: build cluster
 	hack/bench-load.sh
 	hack/bench-probe.sh
@@ -209,6 +211,7 @@ bench: build cluster
 	hack/bench-streams.sh
 	$(GO) run ./hack/benchclusterip
 	hack/bench-footprint.sh
+	$(GO) run ./hack/benchschedule
 
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.

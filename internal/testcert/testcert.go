@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,7 +17,8 @@ import (
 )
 
 // SelfSigned returns a certificate for host (and the more names, such as
-// a wildcard "*.example"), valid for an hour and signed by itself, and the
+// a wildcard "*.example"; a name that is an IP address is certified as
+// one, as a client dialling it checks), valid for an hour and signed by itself, and the
 // path of its PEM (in a directory removed after the test): the CA a client
 // verifies it against.
 func SelfSigned(t testing.TB, host string, more ...string) (cert tls.Certificate, caFile string) {
@@ -25,7 +27,16 @@ func SelfSigned(t testing.TB, host string, more ...string) (cert tls.Certificate
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: append([]string{host}, more...),
+	var names []string
+	var ips []net.IP
+	for _, n := range append([]string{host}, more...) {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			names = append(names, n)
+		}
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: names, IPAddresses: ips,
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

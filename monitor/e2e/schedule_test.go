@@ -1,0 +1,287 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epwindow/epwindow/internal/e2etest"
+	"github.com/epwindow/epwindow/internal/kubeapply"
+	"github.com/epwindow/epwindow/internal/localcluster"
+	"github.com/epwindow/epwindow/internal/testcert"
+)
+
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) {
+	localcluster.Main(m, "monitor/e2e", localcluster.Options{}, func(c *localcluster.Cluster) error {
+		if c.IngressInClusterURL == "" {
+			return errors.New("the READY line names no ingress-in-cluster URL: the schedule's pod cannot reach Skipper")
+		}
+		cluster = c
+		return nil
+	})
+}
+
+// The schedule's numbers. A run times runTrials deletions, every minute
+// ("* * * * *", the CronJob's finest schedule); on this cluster a run of 3
+// takes about 25 s, so runs do not overlap before the slow mode.
+//
+// The slow mode is a validating admission webhook that holds every write of
+// an EndpointSlice in the schedule's namespace for slowWrite before
+// allowing it: the EndpointSlice controller's update that takes a deleted
+// pod out then reaches the API (and Skipper's next poll) that much later, as
+// on a cluster with a slow webhook. Every deletion's window grows by at
+// least slowWrite, so with documented between the windows seen here before
+// (the bound of 3 trials is their largest, under 4 s: Skipper's 3 s poll,
+// the slice update, the request in flight) and slowWrite, each slowed trial
+// alone puts the run's bound above the documented preStop.
+//
+// What the rules then predict: EpwindowWindowExceedsDocumentedPreStop goes
+// pending with the first slowed trial of the first run after the webhook
+// (a run's bound is at least its largest trial, and history keeps judging
+// that run until the next one has a trial, results.DriftOf) and fires
+// after its `for: 1m`. The power here is 1 per trial, so the prediction is
+// that one run: the test fails if the alert went pending only in a later
+// run, or not at all. With no change (the run before the webhook, scraped
+// through its end) it must never go pending.
+//
+// The test waits on the CronJob's minute: the first run comes at the first
+// minute boundary after the schedule is applied, the slowed one at the
+// next, and the rule's minute follows: about 4 minutes.
+const (
+	runTrials  = 3
+	documented = 6 * time.Second
+	slowWrite  = 9 * time.Second
+)
+
+func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
+	bin := e2etest.Bin(t)
+	const ns = "epw-schedule"
+	out, err := exec.Command(bin, "manifests", "--schedule", "* * * * *", "--namespace", ns,
+		"--trials", strconv.Itoa(runTrials), "--ingress-class", "skipper", "--image", "epwindow:latest",
+		"--keep-runs", "0", "--keep-for", "0",
+		"--", "--url", cluster.IngressInClusterURL, "--observer", "none").Output()
+	if err != nil {
+		t.Fatalf("epwindow manifests --schedule: %v", err)
+	}
+	if err := kubeapply.Create(context.Background(), cluster.Config, out); err != nil {
+		t.Fatalf("apply the schedule: %v", err)
+	}
+	dir := historyDir(t, ns)
+
+	target := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	// The drift test on a history this short: each run against the one
+	// before, so that it has something to judge within the test.
+	start(t, bin, "history", "--serve", target, "--refresh", "2s", "--documented-prestop", documented.String(),
+		"--baseline-trials", strconv.Itoa(runTrials), "--window-trials", strconv.Itoa(runTrials), dir)
+	prom := prometheus(t, target)
+
+	// No change: a whole run, the bound alert never pending.
+	deadline := time.Now().Add(3 * time.Minute)
+	for succeeded(t, ns) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no scheduled run succeeded in 3 min; runs: %v", runFiles(t, dir))
+		}
+		time.Sleep(2 * time.Second)
+		if a := boundAlert(prom); a != nil {
+			t.Fatalf("with no change the bound alert is %s (value %s)", a.State, a.Value)
+		}
+	}
+	// The run's last trial reaches the metrics within a refresh and a
+	// scrape of its end.
+	var bound float64
+	for end := time.Now().Add(15 * time.Second); ; time.Sleep(time.Second) {
+		if bound, err = scalar(prom, "epwindow_window_bound_seconds"); err == nil || time.Now().After(end) {
+			break
+		}
+	}
+	if err != nil || bound <= 0 || bound >= documented.Seconds() {
+		t.Fatalf("after a run with no change, epwindow_window_bound_seconds = %v (%v), want a bound under the documented %s", bound, err, documented)
+	}
+	t.Logf("no change: a run of %d trials, bound %.3fs under the documented %s, no alert", runTrials, bound, documented)
+
+	// The slow mode.
+	calls := slowWebhook(t, ns, slowWrite)
+	injected := time.Now()
+	deadline = injected.Add(5 * time.Minute)
+	var pendingRuns int
+	var fired *alert
+	for fired == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bound alert did not fire within 5 min of the slow mode (%d slowed writes); runs: %v", calls.Load(), runFiles(t, dir))
+		}
+		time.Sleep(2 * time.Second)
+		a := boundAlert(prom)
+		if a != nil && pendingRuns == 0 {
+			pendingRuns = runsSince(t, dir, injected)
+			t.Logf("bound alert %s at %s after the slow mode, %d run(s) started since", a.State, time.Since(injected).Round(time.Second), pendingRuns)
+		}
+		if a != nil && a.State == "firing" {
+			fired = a
+		}
+	}
+	if pendingRuns != 1 {
+		t.Errorf("the bound alert went pending with %d runs started since the slow mode, want within the first", pendingRuns)
+	}
+	if v, err := strconv.ParseFloat(fired.Value, 64); err != nil || v < slowWrite.Seconds() {
+		t.Errorf("the alert's value %s, want the slowed run's bound, at least the %s the webhook holds each slice write", fired.Value, slowWrite)
+	}
+	if calls.Load() == 0 {
+		t.Errorf("the webhook held no EndpointSlice write")
+	}
+	verdict, _ := scalar(prom, `epwindow_drift_verdict{verdict="worse"}`)
+	t.Logf("fired %s after the slow mode with value %ss; %d slice writes held; drift verdict worse=%v",
+		time.Since(injected).Round(time.Second), fired.Value, calls.Load(), verdict)
+}
+
+// boundAlert is EpwindowWindowExceedsDocumentedPreStop when pending or
+// firing, nil otherwise.
+func boundAlert(base string) *alert {
+	as, err := alerts(base)
+	if err != nil {
+		return nil // the server is starting
+	}
+	for i, a := range as {
+		if a.Labels["alertname"] == "EpwindowWindowExceedsDocumentedPreStop" {
+			return &as[i]
+		}
+	}
+	return nil
+}
+
+// historyDir waits for the schedule's claim to bind and returns where its
+// PersistentVolume (one of up's hostPath volumes) lies on this machine.
+func historyDir(t *testing.T, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		pvc, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "epwindow-history", metav1.GetOptions{})
+		if err == nil && pvc.Status.Phase == corev1.ClaimBound {
+			pv, err := cluster.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+			if err != nil || pv.Spec.HostPath == nil {
+				t.Fatalf("the claim's volume %s: %v (%+v)", pvc.Spec.VolumeName, err, pv)
+			}
+			return pv.Spec.HostPath.Path
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the history claim is not bound after a minute: %v %+v", err, pvc)
+		}
+	}
+}
+
+// succeeded counts the schedule's Jobs that succeeded.
+func succeeded(t *testing.T, ns string) int {
+	jobs, err := cluster.Client.BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, j := range jobs.Items {
+		if j.Status.Succeeded > 0 {
+			n++
+		}
+		if j.Status.Failed > 0 {
+			t.Fatalf("scheduled run %s failed; its log is under %s", j.Name, filepath.Join(cluster.Dir, "nodes", "pods"))
+		}
+	}
+	return n
+}
+
+func runFiles(t *testing.T, dir string) []string {
+	m, _ := filepath.Glob(filepath.Join(dir, "run-*.jsonl"))
+	for i := range m {
+		m[i] = filepath.Base(m[i])
+	}
+	return m
+}
+
+// runsSince counts the runs that started after at, from their names
+// (run-20261205T180000Z.jsonl: the start, UTC, to the second).
+func runsSince(t *testing.T, dir string, at time.Time) int {
+	n := 0
+	for _, f := range runFiles(t, dir) {
+		ts, err := time.Parse("20060102T150405Z", strings.TrimSuffix(strings.TrimPrefix(f, "run-"), ".jsonl"))
+		if err != nil {
+			t.Fatalf("run file %s: %v", f, err)
+		}
+		if !ts.Before(at.Truncate(time.Second)) {
+			n++
+		}
+	}
+	return n
+}
+
+// slowWebhook registers a validating webhook, served here over TLS on
+// loopback, that holds every EndpointSlice create and update in ns for
+// delay and then allows it. It returns the count of writes held; the
+// registration is removed when the test ends.
+func slowWebhook(t *testing.T, ns string, delay time.Duration) *atomic.Int64 {
+	t.Helper()
+	cert, caFile := testcert.SelfSigned(t, "127.0.0.1")
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "want an AdmissionReview", http.StatusBadRequest)
+			return
+		}
+		calls.Add(1)
+		time.Sleep(delay)
+		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+		review.Request = nil
+		_ = json.NewEncoder(w).Encode(review)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	url := "https://" + ln.Addr().String() + "/slow"
+	fail := admissionregistrationv1.Ignore
+	none := admissionregistrationv1.SideEffectClassNone
+	timeout := int32(delay/time.Second) + 5
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "epwindow-e2e-slow-slices"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "slow-slices.epwindow.test",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, Rule: admissionregistrationv1.Rule{APIGroups: []string{"discovery.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"endpointslices"}}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	api := cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if _, err := api.Create(context.Background(), cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("register the slow webhook: %v", err)
+	}
+	t.Cleanup(func() { _ = api.Delete(context.Background(), cfg.Name, metav1.DeleteOptions{}) })
+	return &calls
+}
