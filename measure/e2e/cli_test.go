@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -117,28 +116,5 @@ func TestCLIBadInput(t *testing.T) {
 	}
 	if after := epwindowNamespaces(t); len(after) != len(before) {
 		t.Errorf("bad input created namespaces: before %v, after %v", before, after)
-	}
-}
-
-// Ctrl-C in the middle of a trial: measure cleans up (the namespace is gone)
-// and exits 130, and the results file holds every finished trial.
-func TestCLIInterruptMidTrial(t *testing.T) {
-	bin := e2etest.Bin(t)
-	out := filepath.Join(t.TempDir(), "results.jsonl")
-	cmd := exec.Command(bin, measureArgs(cluster.Kubeconfig, "--trials", "5", "--out", out)...)
-	// Progress lines (not a terminal) look like "[####....] 1/5 trial: slice_not_ready".
-	sent, code, log := e2etest.InterruptAt(t, cmd, "1/5 trial: ", 5*time.Minute)
-	if !sent {
-		t.Fatalf("no SIGINT sent: trial 2 never started (exit %d); log:\n%s", code, log)
-	}
-	if code != 130 {
-		t.Errorf("exit code %d after SIGINT, want 130; log:\n%s", code, log)
-	}
-	if ns := epwindowNamespaces(t); len(ns) != 0 {
-		t.Errorf("namespaces left after Ctrl-C: %v", ns)
-	}
-	file := e2etest.ReadResults(t, out)
-	if len(file.Trials) != 1 {
-		t.Errorf("results file holds %d trials, want the 1 finished before Ctrl-C", len(file.Trials))
 	}
 }

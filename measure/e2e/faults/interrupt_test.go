@@ -23,7 +23,10 @@ import (
 func measureArgs(extra ...string) []string {
 	return append([]string{"measure", "--kubeconfig", cluster.Kubeconfig, "--url", cluster.IngressURL,
 		"--ingress-class", ingressClass, "--observer", "skipper", "--observer-url", cluster.RoutesURL,
-		"--observer-interval", "200ms", "--quiet-period", "2s", "--rate", "100"}, extra...)
+		"--observer-interval", "200ms", "--quiet-period", "2s", "--rate", "100",
+		// No pause before a deletion: these runs are about the signal's
+		// phases, not the ingress's.
+		"--trial-jitter", "0"}, extra...)
 }
 
 // cliRun is one run of bin/epwindow measure with its progress lines.
@@ -320,6 +323,11 @@ func TestInterruptEveryPhase(t *testing.T) {
 		}
 		if phase == "start" && (created || code != 130) {
 			t.Errorf("SIGINT %d in the preflight: exit %d, results file created %v; want exit 130 and no file", i+1, code, created)
+		}
+		// Ctrl-C as trial 2 starts (the point a person hits most): exit
+		// 130 and exactly the finished trial kept, the interrupted one not.
+		if pt.after == "1/2 trial" && pt.delay == 0 && phase != "finished" && (code != 130 || trialsKept != finishedBefore) {
+			t.Errorf("SIGINT %d (%s): exit %d with %d trials kept, want 130 and the %d finished before", i+1, pt.name, code, trialsKept, finishedBefore)
 		}
 		if trialsKept < finishedBefore {
 			t.Errorf("SIGINT %d (%s): the results file holds %d trials; %d had finished before the SIGINT", i+1, pt.name, trialsKept, finishedBefore)

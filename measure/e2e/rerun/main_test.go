@@ -110,7 +110,7 @@ func measureOn(r *run) (retErr error) {
 	cmd := exec.CommandContext(ctx, bin, "measure", "--kubeconfig", c.Kubeconfig,
 		"--url", c.IngressURL, "--ingress-class", ingressClass,
 		"--observer", "skipper", "--observer-url", c.RoutesURL, "--observer-interval", "200ms",
-		"--quiet-period", "2s", "--rate", "100", "--trials", strconv.Itoa(trials), "--trial-jitter", jitter, "--out", r.path)
+		"--quiet-period", "1s", "--rate", "100", "--trials", strconv.Itoa(trials), "--trial-jitter", jitter, "--out", r.path)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()

@@ -124,8 +124,8 @@ const proxySlack = 100 * time.Millisecond
 
 // gapAllowance is how far before the rules' change a runner's last response
 // from the deleted pod may come: the gap G between the pod's connections
-// (runnerRate) exceeds g with probability e^(−λg), λ ≈ 33/s; over 15
-// trials no gap passes 300 ms but with probability 15·e^(−10) < 10⁻³.
+// (runnerRate) exceeds g with probability e^(−λg), λ ≈ 33/s; over 14
+// trials no gap passes 300 ms but with probability 14·e^(−10) < 10⁻³.
 const gapAllowance = 300 * time.Millisecond
 
 // proxyBound is the largest cluster_last_routed − slice_not_ready kube-proxy's
@@ -168,7 +168,7 @@ func proxyBound(syncMax, unc time.Duration) time.Duration {
 // probability 1 − (S + 3S/4 − E[G])/(period + S) at most. At the S̄ = 82 ms
 // measured here on an otherwise idle machine (more when it is loaded,
 // which only lowers this) that is 1 − (143 − 30)/282 = 0.6, and over
-// n = 15 trials 0.6¹⁵ ≈ 5·10⁻⁴.
+// n = 14 trials 0.6¹⁴ ≈ 7.8·10⁻⁴.
 func TestKubeProxyAt2000Services(t *testing.T) {
 	r := theRun(t)
 	h := r.sink.Meta.KubeProxy
