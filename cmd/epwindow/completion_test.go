@@ -18,6 +18,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	peakHelpers()
 	os.Exit(m.Run())
 }
 
