@@ -19,6 +19,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epwindow/epwindow/internal/e2etest"
@@ -43,11 +44,11 @@ func TestMain(m *testing.M) {
 // ("* * * * *", the CronJob's finest schedule); on this cluster a run of 3
 // takes about 25 s, so runs do not overlap before the slow mode.
 //
-// The slow mode is a validating admission webhook that holds every write of
-// an EndpointSlice in the schedule's namespace for slowWrite before
-// allowing it: the EndpointSlice controller's update that takes a deleted
-// pod out then reaches the API (and Skipper's next poll) that much later, as
-// on a cluster with a slow webhook. Every deletion's window grows by at
+// The slow mode is a validating admission webhook that holds every
+// EndpointSlice update in the schedule's namespace that takes a ready
+// endpoint out, for slowWrite, before allowing it: the EndpointSlice
+// controller's update for a deleted pod then reaches the API (and Skipper's
+// next poll) that much later, as on a cluster with a slow webhook. Every deletion's window grows by at
 // least slowWrite, so with documented between the windows seen here before
 // (the bound of 3 trials is their largest, under 4 s: Skipper's 3 s poll,
 // the slice update, the request in flight) and slowWrite, each slowed trial
@@ -229,8 +230,11 @@ func runsSince(t *testing.T, dir string, at time.Time) int {
 }
 
 // slowWebhook registers a validating webhook, served here over TLS on
-// loopback, that holds every EndpointSlice create and update in ns for
-// delay and then allows it. It returns the count of writes held; the
+// loopback, that holds every EndpointSlice update in ns that takes a ready
+// endpoint out of service (a deleted pod's) for delay, and allows every
+// write. Only those: the run's setup and the replacements' returns are not
+// slowed, so the first slowed trial comes as soon as the run's setup is
+// done. It returns the count of writes held; the
 // registration is removed when the test ends.
 func slowWebhook(t *testing.T, ns string, delay time.Duration) *atomic.Int64 {
 	t.Helper()
@@ -247,8 +251,10 @@ func slowWebhook(t *testing.T, ns string, delay time.Duration) *atomic.Int64 {
 			http.Error(w, "want an AdmissionReview", http.StatusBadRequest)
 			return
 		}
-		calls.Add(1)
-		time.Sleep(delay)
+		if takesOut(review.Request.OldObject.Raw, review.Request.Object.Raw) {
+			calls.Add(1)
+			time.Sleep(delay)
+		}
 		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
 		review.Request = nil
 		_ = json.NewEncoder(w).Encode(review)
@@ -284,4 +290,28 @@ func slowWebhook(t *testing.T, ns string, delay time.Duration) *atomic.Int64 {
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), cfg.Name, metav1.DeleteOptions{}) })
 	return &calls
+}
+
+// takesOut reports whether an EndpointSlice update (old → new, as JSON)
+// makes an endpoint that was ready not ready, or removes it.
+func takesOut(oldRaw, newRaw []byte) bool {
+	var before, after discoveryv1.EndpointSlice
+	if len(oldRaw) == 0 || json.Unmarshal(oldRaw, &before) != nil || json.Unmarshal(newRaw, &after) != nil {
+		return false
+	}
+	ready := func(e discoveryv1.Endpoint) bool { return e.Conditions.Ready == nil || *e.Conditions.Ready }
+	now := map[string]bool{}
+	for _, e := range after.Endpoints {
+		for _, a := range e.Addresses {
+			now[a] = ready(e)
+		}
+	}
+	for _, e := range before.Endpoints {
+		for _, a := range e.Addresses {
+			if ready(e) && !now[a] {
+				return true
+			}
+		}
+	}
+	return false
 }
