@@ -40,6 +40,11 @@ var (
 	descRuns     = desc("history_runs", "Runs in the history, all segments.")
 	descSegRuns  = desc("segment_runs", "Runs since the settings that shape the window last changed.")
 	descObsBytes = desc("observer_read_bytes_per_minute", "Bytes the newest run read per minute from an observed controller (the run's own cost).", "observer")
+	// The run's own cost, from the newest run that wrote its summary.
+	descCostAPI  = desc("run_api_requests", "API requests the newest finished run sent, by kind (watch, list, write, other: plain reads).", "kind")
+	descCostTime = desc("run_duration_seconds", "How long the newest finished run took.")
+	descCostRSS  = desc("run_peak_rss_bytes", "The newest finished run's peak resident memory.")
+	descCostCPU  = desc("run_cpu_seconds", "CPU time the newest finished run used.")
 )
 
 // Collector is a prometheus.Collector of a history's newest state. Update
@@ -60,7 +65,8 @@ func NewCollector(documented time.Duration) *Collector {
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStage, descPreStop, descGrace, descBound, descCovers, descConf, descFloor,
-		descCensored, descTrials, descBase, descVerdict, descHeld, descDoc, descLastRun, descRuns, descSegRuns, descObsBytes} {
+		descCensored, descTrials, descBase, descVerdict, descHeld, descDoc, descLastRun, descRuns, descSegRuns, descObsBytes,
+		descCostAPI, descCostTime, descCostRSS, descCostCPU} {
 		ch <- d
 	}
 }
@@ -104,6 +110,21 @@ func Metrics(d *results.Drift, documented time.Duration) []prometheus.Metric {
 	for _, o := range newest.Observers {
 		if o.BytesPerMinute > 0 {
 			gauge(descObsBytes, o.BytesPerMinute, o.Name)
+		}
+	}
+	for i := len(d.Runs) - 1; i >= 0; i-- {
+		if sum := d.Runs[i].File.Summary; sum != nil && sum.Cost != nil {
+			c := sum.Cost
+			for kind, n := range map[string]int64{"watch": c.Watches, "list": c.Lists, "write": c.Writes,
+				"other": c.APIRequests - c.Watches - c.Lists - c.Writes} {
+				gauge(descCostAPI, float64(n), kind)
+			}
+			gauge(descCostTime, time.Duration(c.ElapsedNS).Seconds())
+			if c.PeakRSSBytes > 0 {
+				gauge(descCostRSS, float64(c.PeakRSSBytes))
+				gauge(descCostCPU, time.Duration(c.CPUNS).Seconds())
+			}
+			break
 		}
 	}
 	verdict := "not_judged"

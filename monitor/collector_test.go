@@ -88,3 +88,38 @@ epwindow_drift_verdict{verdict="worse"} 0
 		}
 	}
 }
+
+// The run's own cost comes from the newest run that wrote its summary: a
+// run still going (no summary yet) does not blank it.
+func TestCollectorRunCost(t *testing.T) {
+	d := history(t, 3)
+	finished := d.Runs[1].File
+	if finished.Summary == nil {
+		finished.Summary = &results.SummaryDoc{}
+	}
+	finished.Summary.Cost = &results.RunCost{APIRequests: 384, Watches: 2, Lists: 2, Writes: 53,
+		ElapsedNS: int64(65 * time.Second), PeakRSSBytes: 70 << 20, CPUNS: int64(3 * time.Second)}
+	d.Runs[2].File.Summary = nil // the newest, still going
+	c := NewCollector(0)
+	c.Update(d)
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %+v", err, problems)
+	}
+	want := `
+# HELP epwindow_run_api_requests API requests the newest finished run sent, by kind (watch, list, write, other: plain reads).
+# TYPE epwindow_run_api_requests gauge
+epwindow_run_api_requests{kind="list"} 2
+epwindow_run_api_requests{kind="other"} 327
+epwindow_run_api_requests{kind="watch"} 2
+epwindow_run_api_requests{kind="write"} 53
+# HELP epwindow_run_duration_seconds How long the newest finished run took.
+# TYPE epwindow_run_duration_seconds gauge
+epwindow_run_duration_seconds 65
+# HELP epwindow_run_peak_rss_bytes The newest finished run's peak resident memory.
+# TYPE epwindow_run_peak_rss_bytes gauge
+epwindow_run_peak_rss_bytes 7.340032e+07
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "epwindow_run_api_requests", "epwindow_run_duration_seconds", "epwindow_run_peak_rss_bytes"); err != nil {
+		t.Error(err)
+	}
+}

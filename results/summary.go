@@ -348,6 +348,23 @@ func (d *SummaryDoc) allDists() []Dist {
 	return out
 }
 
+// RunCost is what a run cost the cluster and the machine that ran it, as
+// measure counted it: the requests it sent to the API server (watches,
+// lists and writes among them, the rest plain reads), the reads it made
+// through the pod proxy and their bytes, how long it ran, and its process's
+// peak RSS and CPU time.
+type RunCost struct {
+	APIRequests  int64 `json:"api_requests"`
+	Watches      int64 `json:"watches,omitempty"`
+	Lists        int64 `json:"lists,omitempty"`
+	Writes       int64 `json:"writes,omitempty"`
+	ProxyReads   int64 `json:"proxy_reads,omitempty"`
+	ProxyBytes   int64 `json:"proxy_bytes,omitempty"`
+	ElapsedNS    int64 `json:"elapsed_ns"`
+	PeakRSSBytes int64 `json:"peak_rss_bytes,omitempty"`
+	CPUNS        int64 `json:"cpu_ns,omitempty"`
+}
+
 // SummaryDoc is a closed summary's data: the summary record of a results
 // file and the json report. Durations are integer nanoseconds.
 type SummaryDoc struct {
@@ -367,6 +384,9 @@ type SummaryDoc struct {
 	ReasonExamples map[string]string `json:"reason_examples,omitempty"`
 	// Interrupted is set when the run ended before writing its summary.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// Cost is what the run cost (measure's own counters; nil from a
+	// summary that was not written by measure).
+	Cost *RunCost `json:"cost,omitempty"`
 	// Stages are offsets from T0 per point; Deltas stage-to-stage.
 	Stages []Dist `json:"stages"`
 	Deltas []Dist `json:"deltas,omitempty"`

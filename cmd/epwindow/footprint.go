@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/epwindow/epwindow/results"
 )
 
 // apiCounter counts the requests a run sends to the API server, by kind,
@@ -62,32 +64,46 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// cost is what the run cost by elapsed: the requests counted, and this
+// process's peak RSS and CPU time.
+func (a *apiCounter) cost(elapsed time.Duration) results.RunCost {
+	c := results.RunCost{
+		APIRequests: a.total.Load(), Watches: a.watches.Load(), Lists: a.lists.Load(), Writes: a.writes.Load(),
+		ProxyReads: a.proxyReads.Load(), ProxyBytes: a.proxyBytes.Load(), ElapsedNS: int64(elapsed),
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		c.CPUNS = ru.Utime.Nano() + ru.Stime.Nano()
+		// Linux reports ru_maxrss in KiB (getrusage(2)).
+		c.PeakRSSBytes = ru.Maxrss * 1024
+		if hwm, ok := peakRSS(); ok {
+			c.PeakRSSBytes = hwm
+		}
+	}
+	return c
+}
+
 // footprint prints what the run cost: API requests in total, per trial
-// and per minute, and this process's peak RSS and CPU time.
-func footprint(w io.Writer, a *apiCounter, trials int, elapsed time.Duration) {
-	n := a.total.Load()
+// and per minute, the pod-proxy reads, and the process's peak RSS and CPU
+// time.
+func footprint(w io.Writer, c results.RunCost, trials int) {
+	n := c.APIRequests
 	perTrial := "n/a"
 	if trials > 0 {
 		perTrial = fmt.Sprintf("%.1f", float64(n)/float64(trials))
 	}
+	elapsed := time.Duration(c.ElapsedNS)
 	perMin := 0.0
 	if elapsed > 0 {
 		perMin = float64(n) / elapsed.Minutes()
 	}
 	fmt.Fprintf(w, "footprint: %d API requests (%d watches, %d lists, %d writes), %s per trial, %.0f per minute over %s",
-		n, a.watches.Load(), a.lists.Load(), a.writes.Load(), perTrial, perMin, elapsed.Round(time.Second))
-	if pr := a.proxyReads.Load(); pr > 0 {
-		fmt.Fprintf(w, "; %d pod-proxy reads (%.1f kB)", pr, float64(a.proxyBytes.Load())/1000)
+		n, c.Watches, c.Lists, c.Writes, perTrial, perMin, elapsed.Round(time.Second))
+	if c.ProxyReads > 0 {
+		fmt.Fprintf(w, "; %d pod-proxy reads (%.1f kB)", c.ProxyReads, float64(c.ProxyBytes)/1000)
 	}
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
-		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		// Linux reports ru_maxrss in KiB (getrusage(2)).
-		peak := ru.Maxrss * 1024
-		if hwm, ok := peakRSS(); ok {
-			peak = hwm
-		}
-		fmt.Fprintf(w, "; peak RSS %.0f MiB, CPU %s", float64(peak)/(1<<20), cpu.Round(10*time.Millisecond))
+	if c.PeakRSSBytes > 0 {
+		fmt.Fprintf(w, "; peak RSS %.0f MiB, CPU %s", float64(c.PeakRSSBytes)/(1<<20), time.Duration(c.CPUNS).Round(10*time.Millisecond))
 	}
 	fmt.Fprintln(w)
 }

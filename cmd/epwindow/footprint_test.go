@@ -40,7 +40,7 @@ func TestAPICounter(t *testing.T) {
 		t.Errorf("total %d watches %d lists %d writes %d; want 6, 2, 1, 2", a.total.Load(), a.watches.Load(), a.lists.Load(), a.writes.Load())
 	}
 	var out bytes.Buffer
-	footprint(&out, a, 3, 2*time.Minute)
+	footprint(&out, a.cost(2*time.Minute), 3)
 	if s := out.String(); !strings.Contains(s, "6 API requests (2 watches, 1 lists, 2 writes), 2.0 per trial, 3 per minute over 2m0s") || !strings.Contains(s, "peak RSS") {
 		t.Errorf("footprint line %q", s)
 	}
@@ -75,7 +75,7 @@ func TestAPICounterProxyBytes(t *testing.T) {
 		t.Errorf("proxy reads %d bytes %d; want 2, 3000", a.proxyReads.Load(), a.proxyBytes.Load())
 	}
 	var out bytes.Buffer
-	footprint(&out, a, 1, time.Minute)
+	footprint(&out, a.cost(time.Minute), 1)
 	if s := out.String(); !strings.Contains(s, "2 pod-proxy reads (3.0 kB)") {
 		t.Errorf("footprint line %q: want the pod-proxy reads and their bytes", s)
 	}

@@ -317,7 +317,8 @@ func runMeasure(c *cli.Context) error {
 	started := time.Now()
 	runErr := measure.Run(c.Context, cfg, sink, prog.update)
 	prog.done()
-	footprint(c.App.ErrWriter, api, len(sink.trials), time.Since(started))
+	cost := api.cost(time.Since(started))
+	footprint(c.App.ErrWriter, cost, len(sink.trials))
 
 	// Whatever happened, the finished trials are on disk; summarise them.
 	saved := fmt.Sprintf("%d finished trials in %s", len(sink.trials), outPath)
@@ -339,7 +340,9 @@ func runMeasure(c *cli.Context) error {
 			sum.MarkInterrupted()
 		}
 		sum.Close()
-		if err := sink.w.WriteSummary(sum.Doc()); err != nil {
+		doc := sum.Doc()
+		doc.Cost = &cost
+		if err := sink.w.WriteSummary(doc); err != nil {
 			runErr = errors.Join(runErr, err)
 		}
 		fmt.Fprintln(c.App.Writer)

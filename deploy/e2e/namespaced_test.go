@@ -75,6 +75,9 @@ func TestMeasureInExistingNamespace(t *testing.T) {
 	if file.Header == nil || file.Header.Namespace != ns {
 		t.Errorf("results header %+v, want namespace %s", file.Header, ns)
 	}
+	if c := file.Summary; c == nil || c.Cost == nil || c.Cost.APIRequests <= 0 || c.Cost.PeakRSSBytes <= 0 || c.Cost.ElapsedNS <= 0 {
+		t.Errorf("results summary %+v: want the run's cost (API requests, peak RSS, duration)", c)
+	}
 	if len(file.Trials) != 2 {
 		t.Fatalf("%d trials, want 2\nstderr:\n%s", len(file.Trials), stderr.String())
 	}

@@ -117,6 +117,15 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 		t.Fatalf("after a run with no change, epwindow_window_bound_seconds = %v (%v), want a bound under the documented %s", bound, err, documented)
 	}
 	t.Logf("no change: a run of %d trials, bound %.3fs under the documented %s, no alert", runTrials, bound, documented)
+	// The run's own cost, from its summary: what it asked of the API
+	// server, and a peak RSS within the CronJob's memory limit (256Mi,
+	// deploy/schedule/cronjob.yaml), which a real kubelet enforces.
+	if n, err := scalar(prom, "sum(epwindow_run_api_requests)"); err != nil || n <= 0 {
+		t.Errorf("epwindow_run_api_requests sums to %v (%v), want the finished run's requests", n, err)
+	}
+	if rss, err := scalar(prom, "epwindow_run_peak_rss_bytes"); err != nil || rss <= 0 || rss >= 256<<20 {
+		t.Errorf("epwindow_run_peak_rss_bytes = %v (%v), want the run's peak, under its 256Mi limit", rss, err)
+	}
 
 	// The slow mode.
 	calls := slowWebhook(t, ns, slowWrite)
