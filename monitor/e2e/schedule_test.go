@@ -105,14 +105,7 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 			t.Fatalf("with no change the bound alert is %s (value %s)", a.State, a.Value)
 		}
 	}
-	// The run's last trial reaches the metrics within a refresh and a
-	// scrape of its end.
-	var bound float64
-	for end := time.Now().Add(15 * time.Second); ; time.Sleep(time.Second) {
-		if bound, err = scalar(prom, "epwindow_window_bound_seconds"); err == nil || time.Now().After(end) {
-			break
-		}
-	}
+	bound, err := settled(prom, "epwindow_window_bound_seconds")
 	if err != nil || bound <= 0 || bound >= documented.Seconds() {
 		t.Fatalf("after a run with no change, epwindow_window_bound_seconds = %v (%v), want a bound under the documented %s", bound, err, documented)
 	}
@@ -120,10 +113,10 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	// The run's own cost, from its summary: what it asked of the API
 	// server, and a peak RSS within the CronJob's memory limit (256Mi,
 	// deploy/schedule/cronjob.yaml), which a real kubelet enforces.
-	if n, err := scalar(prom, "sum(epwindow_run_api_requests)"); err != nil || n <= 0 {
+	if n, err := settled(prom, "sum(epwindow_run_api_requests)"); err != nil || n <= 0 {
 		t.Errorf("epwindow_run_api_requests sums to %v (%v), want the finished run's requests", n, err)
 	}
-	if rss, err := scalar(prom, "epwindow_run_peak_rss_bytes"); err != nil || rss <= 0 || rss >= 256<<20 {
+	if rss, err := settled(prom, "epwindow_run_peak_rss_bytes"); err != nil || rss <= 0 || rss >= 256<<20 {
 		t.Errorf("epwindow_run_peak_rss_bytes = %v (%v), want the run's peak, under its 256Mi limit", rss, err)
 	}
 
@@ -159,6 +152,19 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	verdict, _ := scalar(prom, `epwindow_drift_verdict{verdict="worse"}`)
 	t.Logf("fired %s after the slow mode with value %ss; %d slice writes held; drift verdict worse=%v",
 		time.Since(injected).Round(time.Second), fired.Value, calls.Load(), verdict)
+}
+
+// settled is query's value once the finished run's file has reached it: a
+// refresh of history --serve (2 s) and a scrape (1 s) after the Job
+// succeeded, waited for up to 15 s.
+func settled(base, query string) (float64, error) {
+	time.Sleep(3 * time.Second)
+	for end := time.Now().Add(12 * time.Second); ; time.Sleep(time.Second) {
+		v, err := scalar(base, query)
+		if err == nil || time.Now().After(end) {
+			return v, err
+		}
+	}
 }
 
 // boundAlert is EpwindowWindowExceedsDocumentedPreStop when pending or
