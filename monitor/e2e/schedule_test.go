@@ -143,8 +143,12 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	if pendingRuns != 1 {
 		t.Errorf("the bound alert went pending with %d runs started since the slow mode, want within the first", pendingRuns)
 	}
-	if v, err := strconv.ParseFloat(fired.Value, 64); err != nil || v < slowWrite.Seconds() {
-		t.Errorf("the alert's value %s, want the slowed run's bound, at least the %s the webhook holds each slice write", fired.Value, slowWrite)
+	// The value is the slowed run's bound: the window after the preStop
+	// call, so the hold less the time from the EndpointSlice controller's
+	// sight of the deletion to the node agent's preStop call (both watch
+	// the same pod update: tens of ms here; 1 s is far above it).
+	if v, err := strconv.ParseFloat(fired.Value, 64); err != nil || v < (slowWrite-time.Second).Seconds() {
+		t.Errorf("the alert's value %s, want the slowed run's bound, about the %s the webhook holds each slice write", fired.Value, slowWrite)
 	}
 	if calls.Load() == 0 {
 		t.Errorf("the webhook held no EndpointSlice write")
