@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/robfig/cron/v3"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -27,6 +30,10 @@ const (
 	// HistoryMountPath is where the run's container mounts the history
 	// volume: measure --history writes there.
 	HistoryMountPath = "/var/lib/epwindow/history"
+	// HistoryServerName is the Deployment (and its pods' name label)
+	// serving the history's metrics, which deploy/monitoring's PodMonitor
+	// selects.
+	HistoryServerName = "epwindow-history"
 	// scheduleRole names the Role and RoleBinding; the ClusterRole and
 	// ClusterRoleBinding add the namespace, being cluster-wide. Names of
 	// their own, so that applying the schedule does not rebind the
@@ -55,6 +62,12 @@ type ScheduleParams struct {
 	// schedule sets itself.
 	Args   []string
 	Labels map[string]string
+	// DocumentedPreStop is the preStop the platform documents, exported by
+	// the history's metrics server for the bound alert (0: not exported).
+	DocumentedPreStop time.Duration
+	// MetricsRefresh is how often the metrics server reads the history
+	// again (0: history's default, a minute).
+	MetricsRefresh time.Duration
 }
 
 // Schedule is the rendered in-cluster schedule, in apply order.
@@ -66,12 +79,13 @@ type Schedule struct {
 	ClusterRole        *rbacv1.ClusterRole
 	ClusterRoleBinding *rbacv1.ClusterRoleBinding
 	Claim              *corev1.PersistentVolumeClaim
+	HistoryServer      *appsv1.Deployment
 	CronJob            *batchv1.CronJob
 }
 
 // Objects returns the schedule's objects in apply order.
 func (s *Schedule) Objects() []any {
-	return []any{s.Namespace, s.ServiceAccount, s.Role, s.RoleBinding, s.ClusterRole, s.ClusterRoleBinding, s.Claim, s.CronJob}
+	return []any{s.Namespace, s.ServiceAccount, s.Role, s.RoleBinding, s.ClusterRole, s.ClusterRoleBinding, s.Claim, s.HistoryServer, s.CronJob}
 }
 
 // ValidateSchedule checks a CronJob schedule as the API server does on
@@ -107,6 +121,12 @@ func (p ScheduleParams) Validate() error {
 	if p.HistorySize.Sign() <= 0 {
 		return fmt.Errorf("--history-size (%s) must be above 0", p.HistorySize.String())
 	}
+	if p.DocumentedPreStop < 0 {
+		return fmt.Errorf("--documented-prestop (%s) must not be negative", p.DocumentedPreStop)
+	}
+	if p.MetricsRefresh < 0 {
+		return fmt.Errorf("--metrics-refresh (%s) must not be negative", p.MetricsRefresh)
+	}
 	if p.StorageClass != "" {
 		if errs := validation.IsDNS1123Subdomain(p.StorageClass); len(errs) > 0 {
 			return fmt.Errorf("--storage-class %q: %s", p.StorageClass, strings.Join(errs, "; "))
@@ -129,7 +149,7 @@ func RenderSchedule(p ScheduleParams) (*Schedule, error) {
 		Namespace: &corev1.Namespace{}, ServiceAccount: &corev1.ServiceAccount{},
 		Role: &rbacv1.Role{}, RoleBinding: &rbacv1.RoleBinding{},
 		ClusterRole: &rbacv1.ClusterRole{}, ClusterRoleBinding: &rbacv1.ClusterRoleBinding{},
-		Claim: &corev1.PersistentVolumeClaim{}, CronJob: &batchv1.CronJob{},
+		Claim: &corev1.PersistentVolumeClaim{}, HistoryServer: &appsv1.Deployment{}, CronJob: &batchv1.CronJob{},
 	}
 	// Each kind once, into its typed object.
 	targets := map[string]any{}
@@ -153,7 +173,7 @@ func RenderSchedule(p ScheduleParams) (*Schedule, error) {
 		}
 	}
 	if len(targets) > 0 {
-		return nil, fmt.Errorf("deploy/%s: want a Namespace, a ServiceAccount, a Role, a ClusterRole, their bindings, a PersistentVolumeClaim and a CronJob; %d of them missing", ScheduleDir, len(targets))
+		return nil, fmt.Errorf("deploy/%s: want a Namespace, a ServiceAccount, a Role, a ClusterRole, their bindings, a PersistentVolumeClaim, a Deployment and a CronJob; %d of them missing", ScheduleDir, len(targets))
 	}
 	if err := p.apply(s); err != nil {
 		return nil, fmt.Errorf("deploy/%s: %w", ScheduleDir, err)
@@ -172,6 +192,7 @@ func (p ScheduleParams) apply(s *Schedule) error {
 	}
 	for _, m := range []*metav1.ObjectMeta{
 		&s.ServiceAccount.ObjectMeta, &s.Role.ObjectMeta, &s.RoleBinding.ObjectMeta, &s.Claim.ObjectMeta,
+		&s.HistoryServer.ObjectMeta, &s.HistoryServer.Spec.Template.ObjectMeta,
 		&s.CronJob.ObjectMeta, &s.CronJob.Spec.JobTemplate.ObjectMeta, &s.CronJob.Spec.JobTemplate.Spec.Template.ObjectMeta,
 	} {
 		m.Namespace = p.Namespace
@@ -179,6 +200,10 @@ func (p ScheduleParams) apply(s *Schedule) error {
 	}
 	// The templates' metadata have no namespace of their own.
 	s.CronJob.Spec.JobTemplate.Namespace, s.CronJob.Spec.JobTemplate.Spec.Template.Namespace = "", ""
+	s.HistoryServer.Spec.Template.Namespace = ""
+	if err := p.applyHistoryServer(s); err != nil {
+		return err
+	}
 
 	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: s.ServiceAccount.Name, Namespace: p.Namespace}}
 	s.RoleBinding.Subjects, s.ClusterRoleBinding.Subjects = subject, subject
@@ -219,6 +244,26 @@ func (p ScheduleParams) apply(s *Schedule) error {
 	}
 	c.Command = append(c.Command[:len(c.Command):len(c.Command)], "--namespace="+p.Namespace, "--history="+HistoryMountPath)
 	c.Command = append(c.Command, p.Args...)
+	return nil
+}
+
+// applyHistoryServer sets the metrics server's image, claim and flags.
+func (p ScheduleParams) applyHistoryServer(s *Schedule) error {
+	pod := &s.HistoryServer.Spec.Template.Spec
+	if len(pod.Containers) != 1 || len(pod.Volumes) != 1 || pod.Volumes[0].PersistentVolumeClaim == nil {
+		return errors.New("the history server's pod wants one container and the history claim")
+	}
+	pod.Volumes[0].PersistentVolumeClaim.ClaimName = s.Claim.Name
+	c := &pod.Containers[0]
+	c.Image = p.Image
+	c.Command = slices.Clip(c.Command)
+	if p.DocumentedPreStop > 0 {
+		c.Command = append(c.Command, "--documented-prestop="+p.DocumentedPreStop.String())
+	}
+	if p.MetricsRefresh > 0 {
+		c.Command = append(c.Command, "--refresh="+p.MetricsRefresh.String())
+	}
+	c.Command = append(c.Command, HistoryMountPath)
 	return nil
 }
 

@@ -2,9 +2,12 @@ package deploy
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -115,6 +118,45 @@ func TestRenderSchedule(t *testing.T) {
 // TestScheduleRBAC: the schedule grants measure what it checks in its own
 // namespace, through the namespaced variant's rules, and nothing that
 // writes outside it.
+// The history's metrics server: the pod deploy/monitoring's PodMonitor
+// selects, serving the history volume read-only with the documented preStop
+// for the bound alert; the runs are placed on its node, which holds the
+// ReadWriteOnce claim.
+func TestScheduleHistoryServer(t *testing.T) {
+	p := testScheduleParams()
+	p.DocumentedPreStop, p.MetricsRefresh = 5*time.Second, 30*time.Second
+	s := mustBuild(t, RenderSchedule, p)
+	h := s.HistoryServer
+	pod := h.Spec.Template.Spec
+	if h.Namespace != "team-a" || h.Name != HistoryServerName || h.Spec.Template.Labels["app.kubernetes.io/name"] != HistoryServerName ||
+		h.Spec.Template.Labels["team"] != "platform" || h.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("history server %s/%s, pod labels %v, strategy %s", h.Namespace, h.Name, h.Spec.Template.Labels, h.Spec.Strategy.Type)
+	}
+	c := pod.Containers[0]
+	want := []string{"epwindow", "history", "--serve=:9090", "--documented-prestop=5s", "--refresh=30s", HistoryMountPath}
+	if !reflect.DeepEqual(c.Command, want) || c.Image != p.Image {
+		t.Errorf("history server runs %q from %s, want %q from %s", c.Command, c.Image, want, p.Image)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || len(c.VolumeMounts) != 1 || !c.VolumeMounts[0].ReadOnly ||
+		pod.Volumes[0].PersistentVolumeClaim.ClaimName != s.Claim.Name || !pod.Volumes[0].PersistentVolumeClaim.ReadOnly {
+		t.Errorf("history server ports %+v mounts %+v volumes %+v: want port metrics and the claim read-only", c.Ports, c.VolumeMounts, pod.Volumes)
+	}
+	aff := s.CronJob.Spec.JobTemplate.Spec.Template.Spec.Affinity
+	if aff == nil || aff.PodAffinity == nil || len(aff.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		aff.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != corev1.LabelHostname ||
+		aff.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector.MatchLabels["app.kubernetes.io/name"] != HistoryServerName {
+		t.Errorf("the runs' affinity %+v: want them on the history server's node", aff)
+	}
+	p.DocumentedPreStop = 0
+	if s := mustBuild(t, RenderSchedule, p); slices.ContainsFunc(s.HistoryServer.Spec.Template.Spec.Containers[0].Command, func(a string) bool { return strings.HasPrefix(a, "--documented-prestop") }) {
+		t.Error("--documented-prestop passed with none given")
+	}
+	p.DocumentedPreStop = -time.Second
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "--documented-prestop") {
+		t.Errorf("a negative documented preStop: %v, want an error naming the flag", err)
+	}
+}
+
 func TestScheduleRBAC(t *testing.T) {
 	s := mustBuild(t, RenderSchedule, testScheduleParams())
 	both := append(PermissionsFor(false, RouteIngress, GatewayRef{}),
@@ -200,12 +242,13 @@ func TestWriteYAMLSchedule(t *testing.T) {
 	out, docs := yamlDocs(t, s)
 	got := &Schedule{
 		Namespace: &corev1.Namespace{}, ServiceAccount: &corev1.ServiceAccount{}, Role: &rbacv1.Role{}, RoleBinding: &rbacv1.RoleBinding{},
-		ClusterRole: &rbacv1.ClusterRole{}, ClusterRoleBinding: &rbacv1.ClusterRoleBinding{}, Claim: &corev1.PersistentVolumeClaim{}, CronJob: &batchv1.CronJob{},
+		ClusterRole: &rbacv1.ClusterRole{}, ClusterRoleBinding: &rbacv1.ClusterRoleBinding{}, Claim: &corev1.PersistentVolumeClaim{},
+		HistoryServer: &appsv1.Deployment{}, CronJob: &batchv1.CronJob{},
 	}
 	if len(docs) != len(got.Objects()) {
 		t.Fatalf("got %d documents, want %d:\n%s", len(docs), len(got.Objects()), out)
 	}
-	kinds := []string{"Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "PersistentVolumeClaim", "CronJob"}
+	kinds := []string{"Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "PersistentVolumeClaim", "Deployment", "CronJob"}
 	for i, obj := range got.Objects() {
 		var tm struct{ APIVersion, Kind string }
 		if err := yaml.Unmarshal([]byte(docs[i]), &tm); err != nil || tm.APIVersion == "" || tm.Kind != kinds[i] {

@@ -26,9 +26,10 @@ const (
 
 	// The in-cluster schedule's; --trials is measure's, and --keep-runs
 	// and --keep-for are passed on to measure under their own names.
-	flagSchedule     = "schedule"
-	flagHistorySize  = "history-size"
-	flagStorageClass = "storage-class"
+	flagSchedule       = "schedule"
+	flagHistorySize    = "history-size"
+	flagStorageClass   = "storage-class"
+	flagMetricsRefresh = "metrics-refresh"
 )
 
 // Defaults of the schedule's run: 10 trials 4 times a day fill the
@@ -188,6 +189,8 @@ before anything is printed.`,
 			&cli.StringFlag{Name: flagStorageClass, Usage: "with --schedule: the history volume's StorageClass (default: the cluster's default class)", Category: "Schedule"},
 			&cli.IntFlag{Name: flagKeepRuns, Value: defaultKeepRuns, Usage: "with --schedule: runs the history keeps, the newest (0: any number)", Category: "Schedule"},
 			&cli.DurationFlag{Name: flagKeepFor, Value: defaultKeepFor, Usage: "with --schedule: runs older than this are removed from the history (0: any age)", Category: "Schedule"},
+			&cli.DurationFlag{Name: flagDocumented, Usage: "with --schedule: the preStop the platform documents, which the history's metrics server exports for the bound alert", Category: "Schedule"},
+			&cli.DurationFlag{Name: flagMetricsRefresh, Value: time.Minute, Usage: "with --schedule: how often the history's metrics server reads the history again", Category: "Schedule"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.IsSet(flagSchedule) {
@@ -196,7 +199,7 @@ before anything is printed.`,
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("manifests takes no arguments (measure's flags after -- only with --%s), got %q", flagSchedule, c.Args().Slice()), exitUsage)
 			}
-			for _, f := range []string{measure.FlagTrials, flagHistorySize, flagStorageClass, flagKeepRuns, flagKeepFor} {
+			for _, f := range []string{measure.FlagTrials, flagHistorySize, flagStorageClass, flagKeepRuns, flagKeepFor, flagDocumented, flagMetricsRefresh} {
 				if c.IsSet(f) {
 					return cli.Exit(fmt.Sprintf("--%s needs --%s", f, flagSchedule), exitUsage)
 				}
@@ -284,14 +287,19 @@ func scheduleParams(c *cli.Context) (deploy.ScheduleParams, error) {
 	if w := observerWarning(cfg); w != "" {
 		fmt.Fprintf(c.App.ErrWriter, "epwindow manifests: %s\n", w)
 	}
+	if c.Duration(flagMetricsRefresh) <= 0 {
+		return deploy.ScheduleParams{}, fmt.Errorf("--%s %s: want a positive duration", flagMetricsRefresh, c.Duration(flagMetricsRefresh))
+	}
 	return deploy.ScheduleParams{
-		Namespace:    ns,
-		Schedule:     c.String(flagSchedule),
-		Image:        wp.Image,
-		HistorySize:  size,
-		StorageClass: c.String(flagStorageClass),
-		Args:         args,
-		Labels:       wp.Labels,
+		Namespace:         ns,
+		Schedule:          c.String(flagSchedule),
+		Image:             wp.Image,
+		HistorySize:       size,
+		StorageClass:      c.String(flagStorageClass),
+		Args:              args,
+		Labels:            wp.Labels,
+		DocumentedPreStop: c.Duration(flagDocumented),
+		MetricsRefresh:    c.Duration(flagMetricsRefresh),
 	}, nil
 }
 

@@ -235,6 +235,7 @@ func TestManifestsSchedule(t *testing.T) {
 	s, err := deploy.RenderSchedule(deploy.ScheduleParams{
 		Namespace: "team-a", Schedule: "@every 6h", Image: "registry.example.com/epwindow:v1",
 		HistorySize: resource.MustParse("5Gi"), StorageClass: "fast", Args: args, Labels: map[string]string{"team": "platform"},
+		MetricsRefresh: time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -246,10 +247,13 @@ func TestManifestsSchedule(t *testing.T) {
 	if out != want.String() {
 		t.Errorf("manifests --schedule printed\n%s\nwant (RenderSchedule)\n%s", out, want.String())
 	}
-	for _, notThere := range []string{"kind: Deployment", "kind: Service\n", "kind: Ingress"} {
+	for _, notThere := range []string{"kind: Service\n", "kind: Ingress", "name: " + defaultName + "\n"} {
 		if strings.Contains(out, notThere) {
 			t.Errorf("--schedule printed the probe workload (%q)", notThere)
 		}
+	}
+	if strings.Count(out, "kind: Deployment") != 1 || !strings.Contains(out, "name: "+deploy.HistoryServerName) {
+		t.Errorf("--schedule printed Deployments other than the history's metrics server:\n%s", out)
 	}
 	cmd := scheduleCommand(t, out)
 	// What the pod runs parses and validates as measure.
@@ -269,6 +273,17 @@ func TestManifestsSchedule(t *testing.T) {
 	}
 	if !strings.Contains(out, "storage: 1Gi") {
 		t.Error("the default history volume is not 1Gi")
+	}
+
+	// The metrics server gets the documented preStop and the refresh.
+	out, err = runApp(t, "manifests", "--schedule", "@hourly", "--documented-prestop", "5s", "--metrics-refresh", "10s", "--", "--url", "http://ingress.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"- --documented-prestop=5s", "- --refresh=10s", "- --serve=:9090"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the history server's command lacks %q:\n%s", want, out)
+		}
 	}
 }
 
@@ -340,6 +355,10 @@ func TestManifestsScheduleBadInput(t *testing.T) {
 		{[]string{"--trials", "10"}, "--trials needs --schedule"},
 		{[]string{"--keep-runs", "10"}, "--keep-runs needs --schedule"},
 		{[]string{"--history-size", "1Gi"}, "--history-size needs --schedule"},
+		{[]string{"--documented-prestop", "5s"}, "--documented-prestop needs --schedule"},
+		{[]string{"--metrics-refresh", "5s"}, "--metrics-refresh needs --schedule"},
+		{append([]string{"--schedule", "@every 6h", "--documented-prestop", "-5s"}, url...), "--documented-prestop"},
+		{append([]string{"--schedule", "@every 6h", "--metrics-refresh", "0s"}, url...), "--metrics-refresh"},
 		{[]string{"--", "--url", "http://x"}, "no arguments"},
 	}
 	for _, tt := range tests {

@@ -22,6 +22,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/kubeapply"
 	"github.com/epwindow/epwindow/internal/localcluster"
@@ -77,7 +78,7 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	const ns = "epw-schedule"
 	out, err := exec.Command(bin, "manifests", "--schedule", "* * * * *", "--namespace", ns,
 		"--trials", strconv.Itoa(runTrials), "--ingress-class", "skipper", "--image", "epwindow:latest",
-		"--keep-runs", "0", "--keep-for", "0",
+		"--keep-runs", "0", "--keep-for", "0", "--documented-prestop", documented.String(), "--metrics-refresh", "2s",
 		"--", "--url", cluster.IngressInClusterURL, "--observer", "none").Output()
 	if err != nil {
 		t.Fatalf("epwindow manifests --schedule: %v", err)
@@ -87,12 +88,10 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	}
 	dir := historyDir(t, ns)
 
-	target := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	// The drift test on a history this short: each run against the one
-	// before, so that it has something to judge within the test.
-	start(t, bin, "history", "--serve", target, "--refresh", "2s", "--documented-prestop", documented.String(),
-		"--baseline-trials", strconv.Itoa(runTrials), "--window-trials", strconv.Itoa(runTrials), dir)
-	prom := prometheus(t, target)
+	// Prometheus scrapes the schedule's own metrics server (history
+	// --serve in its pod, the one deploy/monitoring's PodMonitor selects)
+	// at its pod address, as a PodMonitor makes it.
+	prom := prometheus(t, historyServer(t, ns))
 
 	// No change: a whole run, the bound alert never pending.
 	deadline := time.Now().Add(3 * time.Minute)
@@ -159,7 +158,7 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 }
 
 // settled is query's value once the finished run's file has reached it: a
-// refresh of history --serve (2 s) and a scrape (1 s) after the Job
+// refresh of the metrics server (2 s) and a scrape (1 s) after the Job
 // succeeded, waited for up to 15 s.
 func settled(base, query string) (float64, error) {
 	time.Sleep(3 * time.Second)
@@ -184,6 +183,31 @@ func boundAlert(base string) *alert {
 		}
 	}
 	return nil
+}
+
+// historyServer waits for the schedule's metrics server to be ready and
+// returns its metrics port's address.
+func historyServer(t *testing.T, ns string) string {
+	t.Helper()
+	sel := "app.kubernetes.io/name=" + deploy.HistoryServerName
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+		pods, err := cluster.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+		if err == nil && len(pods.Items) == 1 && pods.Items[0].Status.PodIP != "" && podReady(&pods.Items[0]) {
+			return net.JoinHostPort(pods.Items[0].Status.PodIP, "9090")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the history's metrics server (%s) is not ready after 2 min: %v %+v", sel, err, pods)
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // historyDir waits for the schedule's claim to bind and returns where its
