@@ -37,15 +37,18 @@ func TestMain(m *testing.M) {
 func TestGroundTruth1s(t *testing.T) {
 	stop := Churn(t, cluster.Client)
 	defer stop()
-	delays := CheckGroundTruth(t, Run(t, Config(t, cluster, 10, period)), period, 0)
+	recs := Run(t, Config(t, cluster, 10, period))
+	delays := CheckGroundTruth(t, recs, period, 0)
 	t.Logf("cluster_last_routed − slice_not_ready at --min-sync-period %s: %v", period, delays)
+	checkRunnerAndProbeAgree(t, recs)
 }
 
 // Two measures of one path agree: each runner's cluster_last_routed (its
 // last response from the deleted pod, on the runner's clock) and the
 // probe's last_accept from the runner's address (on the probe's clock),
 // each put on the tool's clock with its own pod's skew estimate. This
-// checks the skew correction across two pods' clocks.
+// checks the skew correction across two pods' clocks, on
+// TestGroundTruth1s's run.
 //
 // The runner stamps its response's first byte, the probe its accept of
 // that connection, earlier by the connect's last leg, the request and the
@@ -57,9 +60,9 @@ func TestGroundTruth1s(t *testing.T) {
 // response the runner filed as failed (reset by the probe's release),
 // one interval earlier than its last success — or later, hence the bound
 // on both sides.
-func TestRunnerAndProbeAgree(t *testing.T) {
+func checkRunnerAndProbeAgree(t *testing.T, recs []*results.Record) {
+	t.Helper()
 	const agreeSlack = 20 * time.Millisecond
-	recs := Run(t, Config(t, cluster, 5, 0))
 	for _, r := range recs {
 		if len(r.Runners) != Nodes {
 			t.Errorf("trial %d: runners %+v, want %d", r.Trial, r.Runners, Nodes)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epwindow/epwindow/internal/e2etest"
 	"github.com/epwindow/epwindow/internal/localcluster"
 	"github.com/epwindow/epwindow/results"
 )
@@ -36,8 +37,9 @@ func TestMain(m *testing.M) {
 // probe's preStop keeps the pod, and its endpoint, for seconds). Counting
 // fenced servers as present would put upstream_removed after
 // slice_removed. The header names Traefik's version as its API gives it.
-func TestIngressProvider(t *testing.T) {
-	sink := Run(t, Config(t, cluster, "traefik", 3))
+// Checked on TestGroundTruth500ms's run (the same provider and class).
+func checkFenced(t *testing.T, sink *e2etest.Sink) {
+	t.Helper()
 	for _, r := range sink.Records {
 		if !r.Valid {
 			t.Errorf("trial %d invalid: %s", r.Trial, r.InvalidReason())
@@ -94,13 +96,16 @@ func TestIngressNGINXProvider(t *testing.T) {
 }
 
 // Ground truth at 500 ms: the delays stay within the throttle's bound
-// (CheckGroundTruth). That they follow the throttle is shown at 3 s
+// (CheckGroundTruth), and the Ingress provider's fenced servers count as
+// withdrawn (checkFenced). That they follow the throttle is shown at 3 s
 // (package slow), where they reach beyond this bound.
 func TestGroundTruth500ms(t *testing.T) {
 	stop := Churn(t, cluster.Client)
 	defer stop()
-	delays := CheckGroundTruth(t, Run(t, GroundTruthConfig(t, cluster, 8, throttle)).Records, throttle, 0)
+	sink := Run(t, GroundTruthConfig(t, cluster, 8, throttle))
+	delays := CheckGroundTruth(t, sink.Records, throttle, 0)
 	t.Logf("upstream_removed − slice_not_ready at providersThrottleDuration %s: %v", throttle, delays)
+	checkFenced(t, sink)
 }
 
 // apiVersion is the version Traefik's API reports.
