@@ -63,7 +63,7 @@ func (w *podWorker) initDone() bool {
 
 // start starts one container process and its readiness prober.
 func (w *podWorker) start(ctx context.Context, c *container) error {
-	svcEnv, err := serviceEnv(ctx, w)
+	svcEnv, err := w.serviceEnv(ctx)
 	if err != nil {
 		return err
 	}
@@ -353,10 +353,8 @@ func (w *podWorker) probeOnce(ctx context.Context, c *container, p *v1.Probe, ti
 // execIn runs command inside the container's namespaces and user, like a
 // CRI ExecSync, and fails on a non-zero exit or at the timeout.
 func (w *podWorker) execIn(ctx context.Context, c *container, command []string, timeout time.Duration) error {
-	svcEnv, err := serviceEnv(ctx, w)
-	if err != nil {
-		return err
-	}
+	// Read at the container's start, before this prober or hook ran.
+	svcEnv := w.svcEnv
 	info := podRuntimeInfo{PodIP: w.podIP, HostIP: w.a.hostIP, ServiceEnv: svcEnv}
 	env, err := containerEnv(ctx, w.a.client, w.pod, &c.spec, info)
 	if err != nil {

@@ -62,6 +62,8 @@ type podWorker struct {
 	killBy     time.Time // a shortened deadline, zero if none
 	status     *statusSyncer
 	vols       map[string]podVolume // nil until prepareVolumes
+	svcEnv     []v1.EnvVar          // the kubernetes Service's variables (serviceEnv)
+	svcEnvRead bool
 }
 
 func newPodWorker(a *agent, pod *v1.Pod) *podWorker {

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/kubernetes/pkg/kubelet/envvars"
 )
 
@@ -418,22 +419,21 @@ func (w *podWorker) containerMounts(c *v1.Container) ([]shimMount, error) {
 // Service's variables (KUBERNETES_SERVICE_HOST, _PORT and the docker-link
 // forms; pkg/kubelet/kubelet_pods.go, getServiceEnvVarMap, built by
 // pkg/kubelet/envvars). client-go's in-cluster config reads them. The
-// other Services' links (enableServiceLinks) are not injected here.
-func serviceEnv(ctx context.Context, w *podWorker) ([]v1.EnvVar, error) {
+// other Services' links (enableServiceLinks) are not injected here. It is
+// read once per pod, at its first container start, and kept: exec probes
+// and hooks reuse it rather than asking the API server at every period.
+func (w *podWorker) serviceEnv(ctx context.Context) ([]v1.EnvVar, error) {
+	if w.svcEnvRead {
+		return w.svcEnv, nil
+	}
 	svc, err := w.a.client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
 		return nil, fmt.Errorf("the kubernetes Service, for KUBERNETES_SERVICE_HOST: %w", err)
+	case v1helper.IsServiceIPSet(svc):
+		w.svcEnv = envvars.FromServices([]*v1.Service{svc})
 	}
-	if !v1helperIsServiceIPSet(svc) {
-		return nil, nil
-	}
-	return envvars.FromServices([]*v1.Service{svc}), nil
-}
-
-// v1helperIsServiceIPSet is pkg/apis/core/v1/helper.IsServiceIPSet.
-func v1helperIsServiceIPSet(s *v1.Service) bool {
-	return s.Spec.ClusterIP != v1.ClusterIPNone && s.Spec.ClusterIP != ""
+	w.svcEnvRead = true
+	return w.svcEnv, nil
 }
