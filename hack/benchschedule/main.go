@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -118,7 +119,7 @@ func report(c *localcluster.Cluster, job string, took time.Duration, trials int)
 	if line == "" {
 		return fmt.Errorf("run %s printed no footprint line (%s)", job, logs[0])
 	}
-	fmt.Printf("\n== footprint of one scheduled run (%d trials, in its pod, %d cores) ==\n%s\n", trials, runtimeCores(), line)
+	fmt.Printf("\n== footprint of one scheduled run (%d trials, in its pod, %d cores) ==\n%s\n", trials, runtime.NumCPU(), line)
 	fmt.Printf("run took %s, Job start to completion\n", took.Round(time.Second))
 	if m := rssRE.FindStringSubmatch(line); m != nil {
 		mib, _ := strconv.ParseFloat(m[1], 64)
@@ -129,13 +130,4 @@ func report(c *localcluster.Cluster, job string, took time.Duration, trials int)
 		fmt.Printf("peak RSS %.0f MiB: %.2fx the 150 MB goal (%s)\n", mib, mib*1048576/rssGoal, verdict)
 	}
 	return nil
-}
-
-func runtimeCores() int {
-	out, err := exec.Command("nproc").Output()
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	return n
 }
