@@ -68,6 +68,9 @@ type ScheduleParams struct {
 	// MetricsRefresh is how often the metrics server reads the history
 	// again (0: history's default, a minute).
 	MetricsRefresh time.Duration
+	// BaselineTrials and WindowTrials size the metrics server's drift test
+	// (history's --baseline-trials and --window-trials; 0: its defaults).
+	BaselineTrials, WindowTrials int
 }
 
 // Schedule is the rendered in-cluster schedule, in apply order.
@@ -126,6 +129,9 @@ func (p ScheduleParams) Validate() error {
 	}
 	if p.MetricsRefresh < 0 {
 		return fmt.Errorf("--metrics-refresh (%s) must not be negative", p.MetricsRefresh)
+	}
+	if p.BaselineTrials < 0 || p.WindowTrials < 0 {
+		return fmt.Errorf("--baseline-trials (%d) and --window-trials (%d) must not be negative", p.BaselineTrials, p.WindowTrials)
 	}
 	if p.StorageClass != "" {
 		if errs := validation.IsDNS1123Subdomain(p.StorageClass); len(errs) > 0 {
@@ -262,6 +268,12 @@ func (p ScheduleParams) applyHistoryServer(s *Schedule) error {
 	}
 	if p.MetricsRefresh > 0 {
 		c.Command = append(c.Command, "--refresh="+p.MetricsRefresh.String())
+	}
+	if p.BaselineTrials > 0 {
+		c.Command = append(c.Command, fmt.Sprintf("--baseline-trials=%d", p.BaselineTrials))
+	}
+	if p.WindowTrials > 0 {
+		c.Command = append(c.Command, fmt.Sprintf("--window-trials=%d", p.WindowTrials))
 	}
 	c.Command = append(c.Command, HistoryMountPath)
 	return nil

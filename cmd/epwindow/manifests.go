@@ -191,6 +191,8 @@ before anything is printed.`,
 			&cli.DurationFlag{Name: flagKeepFor, Value: defaultKeepFor, Usage: "with --schedule: runs older than this are removed from the history (0: any age)", Category: "Schedule"},
 			&cli.DurationFlag{Name: flagDocumented, Usage: "with --schedule: the preStop the platform documents, which the history's metrics server exports for the bound alert", Category: "Schedule"},
 			&cli.DurationFlag{Name: flagMetricsRefresh, Value: time.Minute, Usage: "with --schedule: how often the history's metrics server reads the history again", Category: "Schedule"},
+			&cli.IntFlag{Name: flagBaselineTrials, Value: results.DefaultBaselineTrials, Usage: "with --schedule: trials the metrics server's drift test pools as the baseline", Category: "Schedule"},
+			&cli.IntFlag{Name: flagWindowTrials, Value: results.DefaultWindowTrials, Usage: "with --schedule: most trials of the newest runs the drift test pools against the baseline", Category: "Schedule"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.IsSet(flagSchedule) {
@@ -199,7 +201,7 @@ before anything is printed.`,
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("manifests takes no arguments (measure's flags after -- only with --%s), got %q", flagSchedule, c.Args().Slice()), exitUsage)
 			}
-			for _, f := range []string{measure.FlagTrials, flagHistorySize, flagStorageClass, flagKeepRuns, flagKeepFor, flagDocumented, flagMetricsRefresh} {
+			for _, f := range []string{measure.FlagTrials, flagHistorySize, flagStorageClass, flagKeepRuns, flagKeepFor, flagDocumented, flagMetricsRefresh, flagBaselineTrials, flagWindowTrials} {
 				if c.IsSet(f) {
 					return cli.Exit(fmt.Sprintf("--%s needs --%s", f, flagSchedule), exitUsage)
 				}
@@ -232,9 +234,10 @@ func printSchedule(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("epwindow manifests: "+err.Error(), exitUsage)
 	}
-	if keep, trials := c.Int(flagKeepRuns), c.Int(measure.FlagTrials); keep > 0 && keep*trials < results.DefaultBaselineTrials+results.DefaultWindowTrials {
-		fmt.Fprintf(c.App.ErrWriter, "epwindow manifests: --%s %d × --%s %d keeps %d trials; epwindow history judges a run on %d (--%s + --%s)\n",
-			flagKeepRuns, keep, measure.FlagTrials, trials, keep*trials, results.DefaultBaselineTrials+results.DefaultWindowTrials, flagWindowTrials, flagBaselineTrials)
+	need := c.Int(flagBaselineTrials) + c.Int(flagWindowTrials)
+	if keep, trials := c.Int(flagKeepRuns), c.Int(measure.FlagTrials); keep > 0 && keep*trials < need {
+		fmt.Fprintf(c.App.ErrWriter, "epwindow manifests: --%s %d × --%s %d keeps %d trials; the history's drift test judges a run on %d (--%s + --%s)\n",
+			flagKeepRuns, keep, measure.FlagTrials, trials, keep*trials, need, flagBaselineTrials, flagWindowTrials)
 	}
 	return deploy.WriteYAML(c.App.Writer, s)
 }
@@ -290,6 +293,16 @@ func scheduleParams(c *cli.Context) (deploy.ScheduleParams, error) {
 	if c.Duration(flagMetricsRefresh) <= 0 {
 		return deploy.ScheduleParams{}, fmt.Errorf("--%s %s: want a positive duration", flagMetricsRefresh, c.Duration(flagMetricsRefresh))
 	}
+	// The drift test's sizes reach the metrics server only when given:
+	// otherwise it runs with history's defaults.
+	var sizes [2]int
+	for i, f := range []string{flagBaselineTrials, flagWindowTrials} {
+		if n := c.Int(f); n < 1 {
+			return deploy.ScheduleParams{}, fmt.Errorf("--%s %d: want a positive number of trials", f, n)
+		} else if c.IsSet(f) {
+			sizes[i] = n
+		}
+	}
 	return deploy.ScheduleParams{
 		Namespace:         ns,
 		Schedule:          c.String(flagSchedule),
@@ -300,6 +313,8 @@ func scheduleParams(c *cli.Context) (deploy.ScheduleParams, error) {
 		Labels:            wp.Labels,
 		DocumentedPreStop: c.Duration(flagDocumented),
 		MetricsRefresh:    c.Duration(flagMetricsRefresh),
+		BaselineTrials:    sizes[0],
+		WindowTrials:      sizes[1],
 	}, nil
 }
 

@@ -285,6 +285,20 @@ func TestManifestsSchedule(t *testing.T) {
 			t.Errorf("the history server's command lacks %q:\n%s", want, out)
 		}
 	}
+	// The drift test's sizes reach it only when given: history's defaults
+	// otherwise.
+	if strings.Contains(out, "-trials=") && strings.Contains(out, "--baseline-trials") {
+		t.Errorf("the history server got a baseline size not given:\n%s", out)
+	}
+	out, err = runApp(t, "manifests", "--schedule", "@hourly", "--baseline-trials", "40", "--window-trials", "20", "--", "--url", "http://ingress.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"- --baseline-trials=40", "- --window-trials=20"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the history server's command lacks %q:\n%s", want, out)
+		}
+	}
 }
 
 // TestManifestsScheduleWorkloadFlags: every workload flag given reaches
@@ -359,6 +373,10 @@ func TestManifestsScheduleBadInput(t *testing.T) {
 		{[]string{"--metrics-refresh", "5s"}, "--metrics-refresh needs --schedule"},
 		{append([]string{"--schedule", "@every 6h", "--documented-prestop", "-5s"}, url...), "--documented-prestop"},
 		{append([]string{"--schedule", "@every 6h", "--metrics-refresh", "0s"}, url...), "--metrics-refresh"},
+		{append([]string{"--schedule", "@every 6h", "--baseline-trials", "0"}, url...), "--baseline-trials"},
+		{append([]string{"--schedule", "@every 6h", "--window-trials", "-3"}, url...), "--window-trials"},
+		{[]string{"--baseline-trials", "20"}, "--baseline-trials needs --schedule"},
+		{[]string{"--window-trials", "20"}, "--window-trials needs --schedule"},
 		{[]string{"--", "--url", "http://x"}, "no arguments"},
 	}
 	for _, tt := range tests {
