@@ -110,6 +110,36 @@ func ValidateSchedule(s string) error {
 	return nil
 }
 
+// LongestGap is the longest time between two consecutive runs of the cron
+// schedule s in the year after from (nine years for a schedule that runs at
+// most once a year, such as on February 29th): a weekday schedule's
+// weekend, a monthly one's 31 days. The history's metrics server exports it
+// for the alert on a schedule that stopped measuring. The times are UTC; a
+// controller in a zone with daylight saving may stretch a gap by its hour.
+func LongestGap(s string, from time.Time) (time.Duration, error) {
+	sched, err := cron.ParseStandard(s)
+	if err != nil {
+		return 0, fmt.Errorf("--schedule %q: %w", s, err)
+	}
+	from = from.UTC()
+	for _, years := range []int{1, 9} {
+		end := from.AddDate(years, 0, 0)
+		var longest time.Duration
+		for prev := sched.Next(from); !prev.IsZero() && prev.Before(end); {
+			next := sched.Next(prev)
+			if next.IsZero() {
+				break
+			}
+			longest = max(longest, next.Sub(prev))
+			prev = next
+		}
+		if longest > 0 {
+			return longest, nil
+		}
+	}
+	return 0, fmt.Errorf("--schedule %q: no two runs within nine years", s)
+}
+
 // Validate checks the parameters; messages name the flag to change.
 func (p ScheduleParams) Validate() error {
 	if errs := validation.IsDNS1123Label(p.Namespace); len(errs) > 0 {
@@ -275,6 +305,13 @@ func (p ScheduleParams) applyHistoryServer(s *Schedule) error {
 	if p.WindowTrials > 0 {
 		c.Command = append(c.Command, fmt.Sprintf("--window-trials=%d", p.WindowTrials))
 	}
+	// For the alert on a schedule that stopped: how long two runs may lie
+	// apart.
+	gap, err := LongestGap(p.Schedule, time.Now())
+	if err != nil {
+		return err
+	}
+	c.Command = append(c.Command, "--expect-run-every="+gap.String())
 	c.Command = append(c.Command, HistoryMountPath)
 	return nil
 }

@@ -133,7 +133,7 @@ func TestScheduleHistoryServer(t *testing.T) {
 		t.Errorf("history server %s/%s, pod labels %v, strategy %s", h.Namespace, h.Name, h.Spec.Template.Labels, h.Spec.Strategy.Type)
 	}
 	c := pod.Containers[0]
-	want := []string{"epwindow", "history", "--serve=:9090", "--documented-prestop=5s", "--refresh=30s", HistoryMountPath}
+	want := []string{"epwindow", "history", "--serve=:9090", "--documented-prestop=5s", "--refresh=30s", "--expect-run-every=6h0m0s", HistoryMountPath}
 	if !reflect.DeepEqual(c.Command, want) || c.Image != p.Image {
 		t.Errorf("history server runs %q from %s, want %q from %s", c.Command, c.Image, want, p.Image)
 	}
@@ -305,5 +305,36 @@ func TestKustomizeScheduleOnDisk(t *testing.T) {
 		if b.RoleRef != wantRef || !reflect.DeepEqual(b.Subjects, s.RoleBinding.Subjects) {
 			t.Errorf("%s binds %+v to %+v, want %+v to %+v", r.GetKind(), b.Subjects, b.RoleRef, s.RoleBinding.Subjects, wantRef)
 		}
+	}
+}
+
+// The longest gap between two runs, for the alert on a schedule that
+// stopped: every descriptor and field form the API server takes.
+func TestLongestGap(t *testing.T) {
+	from := time.Date(2026, 12, 7, 10, 30, 0, 0, time.UTC) // a Monday
+	tests := []struct {
+		schedule string
+		want     time.Duration
+	}{
+		{"* * * * *", time.Minute},
+		{"@every 6h", 6 * time.Hour},
+		{"@every 90m", 90 * time.Minute},
+		{"0 */6 * * *", 6 * time.Hour},
+		{"@hourly", time.Hour},
+		{"@daily", 24 * time.Hour},
+		{"@weekly", 7 * 24 * time.Hour},
+		{"0 9 * * 1-5", 3 * 24 * time.Hour},               // Friday 09:00 to Monday 09:00
+		{"0 0 1 * *", 31 * 24 * time.Hour},                // the longest month
+		{"*/15 8-17 * * 1-5", (62*60 + 15) * time.Minute}, // Friday 17:45 to Monday 08:00
+		{"0 0 29 2 *", (4*365 + 1) * 24 * time.Hour},      // leap days, four years apart
+	}
+	for _, tt := range tests {
+		got, err := LongestGap(tt.schedule, from)
+		if err != nil || got != tt.want {
+			t.Errorf("LongestGap(%q) = %v, %v; want %v", tt.schedule, got, err, tt.want)
+		}
+	}
+	if _, err := LongestGap("61 * * * *", from); err == nil || !strings.Contains(err.Error(), "--schedule") {
+		t.Errorf("a bad schedule: %v, want an error naming --schedule", err)
 	}
 }

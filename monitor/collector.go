@@ -37,6 +37,8 @@ var (
 	descHeld     = desc("drift_baseline_held", "1 when the baseline is held before an earlier run judged worse.")
 	descDoc      = desc("documented_prestop_seconds", "The preStop the platform documents (--documented-prestop), for alerting when the window bound exceeds it.")
 	descLastRun  = desc("last_run_start_timestamp_seconds", "When the newest run started, in seconds since the epoch.")
+	descLastT    = desc("last_trial_timestamp_seconds", "When the history's newest trial deleted its pod, in seconds since the epoch; before the first trial, when this server started.")
+	descEvery    = desc("expected_run_interval_seconds", "The longest time the schedule leaves between two runs (--expect-run-every), for alerting when it stops measuring.")
 	descRuns     = desc("history_runs", "Runs in the history, all segments.")
 	descSegRuns  = desc("segment_runs", "Runs since the settings that shape the window last changed.")
 	descObsBytes = desc("observer_read_bytes_per_minute", "Bytes the newest run read per minute from an observed controller (the run's own cost).", "observer")
@@ -47,25 +49,36 @@ var (
 	descCostCPU  = desc("run_cpu_seconds", "CPU time the newest finished run used.")
 )
 
+// Options are what a Collector exports besides the history.
+type Options struct {
+	// Documented is the preStop the platform documents (0: not exported).
+	Documented time.Duration
+	// RunEvery is the longest time the schedule leaves between two runs
+	// (0: not exported).
+	RunEvery time.Duration
+	// Since is when the server started: the newest trial's time while the
+	// history has none, so that a schedule that never measures is seen.
+	Since time.Time
+}
+
 // Collector is a prometheus.Collector of a history's newest state. Update
 // replaces the state; scrapes read the last one.
 type Collector struct {
-	documented time.Duration
+	o Options
 
 	mu      sync.Mutex
 	metrics []prometheus.Metric
 }
 
-// NewCollector returns a Collector with no history yet; documented is the
-// preStop the platform documents (0: not exported).
-func NewCollector(documented time.Duration) *Collector {
-	return &Collector{documented: documented}
+// NewCollector returns a Collector with no history yet.
+func NewCollector(o Options) *Collector {
+	return &Collector{o: o}
 }
 
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStage, descPreStop, descGrace, descBound, descCovers, descConf, descFloor,
-		descCensored, descTrials, descBase, descVerdict, descHeld, descDoc, descLastRun, descRuns, descSegRuns, descObsBytes,
+		descCensored, descTrials, descBase, descVerdict, descHeld, descDoc, descLastRun, descLastT, descEvery, descRuns, descSegRuns, descObsBytes,
 		descCostAPI, descCostTime, descCostRSS, descCostCPU} {
 		ch <- d
 	}
@@ -82,21 +95,28 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 // Update computes the metrics of history d.
 func (c *Collector) Update(d *results.Drift) {
-	ms := Metrics(d, c.documented)
+	ms := Metrics(d, c.o)
 	c.mu.Lock()
 	c.metrics = ms
 	c.mu.Unlock()
 }
 
-// Metrics are the metrics of history d, documented the platform's preStop
-// (0: none).
-func Metrics(d *results.Drift, documented time.Duration) []prometheus.Metric {
+// Metrics are the metrics of history d.
+func Metrics(d *results.Drift, o Options) []prometheus.Metric {
 	var out []prometheus.Metric
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		out = append(out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...))
 	}
-	if documented > 0 {
-		gauge(descDoc, documented.Seconds())
+	if o.Documented > 0 {
+		gauge(descDoc, o.Documented.Seconds())
+	}
+	if o.RunEvery > 0 {
+		gauge(descEvery, o.RunEvery.Seconds())
+	}
+	if last := lastTrial(d.Runs); !last.IsZero() {
+		gauge(descLastT, unixSeconds(last))
+	} else if !o.Since.IsZero() {
+		gauge(descLastT, unixSeconds(o.Since))
 	}
 	gauge(descRuns, float64(len(d.Runs)))
 	if len(d.Segments) == 0 {
@@ -106,7 +126,7 @@ func Metrics(d *results.Drift, documented time.Duration) []prometheus.Metric {
 	gauge(descSegRuns, float64(seg.Last-seg.First+1))
 	l := d.Latest
 	newest := d.Runs[l.Run].File.Header
-	gauge(descLastRun, float64(newest.StartedAt.UnixNano())/1e9)
+	gauge(descLastRun, unixSeconds(newest.StartedAt))
 	for _, o := range newest.Observers {
 		if o.BytesPerMinute > 0 {
 			gauge(descObsBytes, o.BytesPerMinute, o.Name)
@@ -191,6 +211,25 @@ func histogram(stage string, values []float64) prometheus.Metric {
 	}
 	return prometheus.MustNewConstHistogram(descStage, uint64(len(values)), sum, buckets, stage)
 }
+
+// lastTrial is when the newest trial of runs (oldest first) deleted its
+// pod; zero when no run has a trial.
+func lastTrial(runs []results.HistoryRun) time.Time {
+	for i := len(runs) - 1; i >= 0; i-- {
+		var last time.Time
+		for _, r := range runs[i].File.Trials {
+			if r.T0.After(last) {
+				last = r.T0
+			}
+		}
+		if !last.IsZero() {
+			return last
+		}
+	}
+	return time.Time{}
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 func b2f(b bool) float64 {
 	if b {

@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -27,7 +28,11 @@ func history(t *testing.T, n int) *results.Drift {
 		if err != nil {
 			t.Fatal(err)
 		}
-		file.Header.StartedAt = file.Header.StartedAt.Add(time.Duration(i) * 6 * time.Hour)
+		shift := time.Duration(i) * 6 * time.Hour
+		file.Header.StartedAt = file.Header.StartedAt.Add(shift)
+		for j := range file.Trials {
+			file.Trials[j].T0 = file.Trials[j].T0.Add(shift)
+		}
 		runs = append(runs, results.HistoryRun{Name: "run", File: file})
 	}
 	return results.DriftOf(runs, results.DriftOptions{})
@@ -38,7 +43,7 @@ func history(t *testing.T, n int) *results.Drift {
 // runs pooled, the window histogram over their trials, the verdict one-hot.
 func TestCollector(t *testing.T) {
 	d := history(t, 8)
-	c := NewCollector(4 * time.Second)
+	c := NewCollector(Options{Documented: 4 * time.Second, RunEvery: 6 * time.Hour, Since: time.Now()})
 	c.Update(d)
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {
@@ -100,7 +105,7 @@ func TestCollectorRunCost(t *testing.T) {
 	finished.Summary.Cost = &results.RunCost{APIRequests: 384, Watches: 2, Lists: 2, Writes: 53,
 		ElapsedNS: int64(65 * time.Second), PeakRSSBytes: 70 << 20, CPUNS: int64(3 * time.Second)}
 	d.Runs[2].File.Summary = nil // the newest, still going
-	c := NewCollector(0)
+	c := NewCollector(Options{})
 	c.Update(d)
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("promlint: %v %+v", err, problems)
@@ -121,5 +126,44 @@ epwindow_run_peak_rss_bytes 7.340032e+07
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "epwindow_run_api_requests", "epwindow_run_duration_seconds", "epwindow_run_peak_rss_bytes"); err != nil {
 		t.Error(err)
+	}
+}
+
+// A schedule that stops measuring is seen: the newest trial's time (the
+// largest deletion time of the newest run with trials, not that run's
+// start), or the server's start while the history has no trial, beside the
+// schedule's longest gap.
+func TestCollectorLastTrial(t *testing.T) {
+	d := history(t, 3)
+	var newest time.Time
+	for _, r := range d.Runs[2].File.Trials {
+		if r.T0.After(newest) {
+			newest = r.T0
+		}
+	}
+	if !newest.After(d.Runs[2].File.Header.StartedAt) {
+		t.Fatal("the newest run's trials do not come after its start")
+	}
+	since := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	want := func(last time.Time) string {
+		return fmt.Sprintf(`
+# HELP epwindow_expected_run_interval_seconds The longest time the schedule leaves between two runs (--expect-run-every), for alerting when it stops measuring.
+# TYPE epwindow_expected_run_interval_seconds gauge
+epwindow_expected_run_interval_seconds 21600
+# HELP epwindow_last_trial_timestamp_seconds When the history's newest trial deleted its pod, in seconds since the epoch; before the first trial, when this server started.
+# TYPE epwindow_last_trial_timestamp_seconds gauge
+epwindow_last_trial_timestamp_seconds %s
+`, strconv.FormatFloat(float64(last.UnixNano())/1e9, 'g', -1, 64))
+	}
+	c := NewCollector(Options{RunEvery: 6 * time.Hour, Since: since})
+	// A run just started (header only) keeps the newest trial where it was.
+	d.Runs = append(d.Runs, results.HistoryRun{Name: "started", File: &results.File{Header: d.Runs[2].File.Header}})
+	c.Update(d)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(newest)), "epwindow_expected_run_interval_seconds", "epwindow_last_trial_timestamp_seconds"); err != nil {
+		t.Error(err)
+	}
+	c.Update(results.DriftOf(nil, results.DriftOptions{}))
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(since)), "epwindow_expected_run_interval_seconds", "epwindow_last_trial_timestamp_seconds"); err != nil {
+		t.Errorf("an empty history: %v", err)
 	}
 }

@@ -67,7 +67,7 @@ func TestRulesReadExportedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := make(chan *prometheus.Desc, 64)
-	NewCollector(0).Describe(ch)
+	NewCollector(Options{}).Describe(ch)
 	close(ch)
 	exported := map[string]bool{}
 	name := regexp.MustCompile(`fqName: "([a-z_]+)"`)

@@ -25,6 +25,7 @@ const (
 	flagWindowTrials   = "window-trials"
 	flagFailOnWorse    = "fail-on-worse"
 	flagServe          = "serve"
+	flagExpectEvery    = "expect-run-every"
 	flagRefresh        = "refresh"
 	flagDocumented     = "documented-prestop"
 	flagChart          = "chart"
@@ -61,6 +62,7 @@ is worse and --fail-on-worse is set.`,
 			&cli.StringFlag{Name: flagServe, Usage: "serve the history's metrics on this address's /metrics until stopped, e.g. :9090"},
 			&cli.DurationFlag{Name: flagRefresh, Value: time.Minute, Usage: "with --serve: how often the history is read again"},
 			&cli.DurationFlag{Name: flagDocumented, Usage: "the preStop the platform documents, exported for the alert on the window's bound"},
+			&cli.DurationFlag{Name: flagExpectEvery, Usage: "with --serve: the longest time the schedule leaves between two runs, exported for the alert on a schedule that stopped measuring"},
 		},
 		OnUsageError: usageError("history"),
 		Action:       runHistory,
@@ -131,8 +133,10 @@ func historyAction(c *cli.Context, cmd string) error {
 	if cmd == "history" && c.Duration(flagRefresh) <= 0 {
 		return cli.Exit(fmt.Sprintf("epwindow history: --%s %v: want a positive duration", flagRefresh, c.Duration(flagRefresh)), exitUsage)
 	}
-	if c.Duration(flagDocumented) < 0 {
-		return cli.Exit(fmt.Sprintf("epwindow history: --%s %v: must not be negative", flagDocumented, c.Duration(flagDocumented)), exitUsage)
+	for _, f := range []string{flagDocumented, flagExpectEvery} {
+		if c.Duration(f) < 0 {
+			return cli.Exit(fmt.Sprintf("epwindow history: --%s %v: must not be negative", f, c.Duration(f)), exitUsage)
+		}
 	}
 	// Served, a folder may be empty yet: deployed beside a new schedule,
 	// the server starts before the first run has written its file.
@@ -197,7 +201,7 @@ func loadHistory(args []string, emptyOK bool) ([]results.HistoryRun, error) {
 // /metrics until the command's context ends, reading the history again
 // every --refresh; a read that fails is reported and the last state kept.
 func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.DriftOptions) error {
-	coll := monitor.NewCollector(c.Duration(flagDocumented))
+	coll := monitor.NewCollector(monitor.Options{Documented: c.Duration(flagDocumented), RunEvery: c.Duration(flagExpectEvery), Since: time.Now()})
 	coll.Update(d)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(coll)

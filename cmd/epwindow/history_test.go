@@ -91,6 +91,7 @@ func TestHistoryBadInput(t *testing.T) {
 		{[]string{"history", filepath.Join(empty, "nope")}, "no such file"},
 		{[]string{"history", "--baseline-trials", "0", empty}, "--baseline-trials 0"},
 		{[]string{"history", "--format", "yaml", empty}, "--format"},
+		{[]string{"history", "--serve", ":0", "--expect-run-every", "-1h", empty}, "--expect-run-every"},
 	} {
 		_, err := runApp(t, tc.args...)
 		if code := exitCode(err); code != exitUsage || !strings.Contains(err.Error(), tc.want) {
@@ -131,7 +132,7 @@ func TestHistoryServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runCLI(ctx, app, []string{"epwindow", "history", "--serve", "127.0.0.1:0", "--refresh", "50ms", "--documented-prestop", "5s", dir})
+		done <- runCLI(ctx, app, []string{"epwindow", "history", "--serve", "127.0.0.1:0", "--refresh", "50ms", "--documented-prestop", "5s", "--expect-run-every", "6h", dir})
 	}()
 	addr := regexp.MustCompile(`serving metrics on (http://\S+/metrics)`)
 	scrape := func(want string) string {
@@ -161,11 +162,18 @@ func TestHistoryServe(t *testing.T) {
 			}
 		}
 	}
-	scrape("epwindow_history_runs 0")
+	// Before the first run: the server's start stands for the newest
+	// trial, so that a schedule that never measures is alerted on.
+	body := scrape("epwindow_history_runs 0")
+	for _, want := range []string{"epwindow_expected_run_interval_seconds 21600", "epwindow_last_trial_timestamp_seconds "} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
 	for i := range 8 {
 		writeHistoryRun(t, dir, i, "v1.37.2", 0)
 	}
-	body := scrape(`epwindow_drift_verdict{verdict="same"} 1`)
+	body = scrape(`epwindow_drift_verdict{verdict="same"} 1`)
 	for _, want := range []string{"# EOF", "epwindow_documented_prestop_seconds 5", `epwindow_stage_seconds_bucket{stage="window",le="3.0"}`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
