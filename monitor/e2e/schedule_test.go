@@ -42,35 +42,50 @@ func TestMain(m *testing.M) {
 }
 
 // The schedule's numbers. A run times runTrials deletions, every minute
-// ("* * * * *", the CronJob's finest schedule); on this cluster a run of 3
-// takes about 25 s, so runs do not overlap before the slow mode.
+// ("* * * * *", the CronJob's finest schedule); on this cluster a run of 5
+// takes about 35 s, so runs do not overlap before the slow mode.
 //
 // The slow mode is a validating admission webhook that holds every
 // EndpointSlice update in the schedule's namespace that takes a ready
 // endpoint out, for slowWrite, before allowing it: the EndpointSlice
 // controller's update for a deleted pod then reaches the API (and Skipper's
-// next poll) that much later, as on a cluster with a slow webhook. Every deletion's window grows by at
-// least slowWrite, so with documented between the windows seen here before
-// (the bound of 3 trials is their largest, under 4 s: Skipper's 3 s poll,
-// the slice update, the request in flight) and slowWrite, each slowed trial
-// alone puts the run's bound above the documented preStop.
+// next poll) that much later, as on a cluster with a slow webhook. Every
+// deletion's window grows by at least slowWrite less the preStop's lag (see
+// the alert's value below), above every window seen here with no change
+// (under 4 s: Skipper's 3 s poll, the slice update, the request in flight).
 //
-// What the rules then predict: EpwindowWindowExceedsDocumentedPreStop goes
-// pending with the first slowed trial of the first run after the webhook
-// (a run's bound is at least its largest trial, and history keeps judging
-// that run until the next one has a trial, results.DriftOf) and fires
-// after its `for: 1m`. The power here is 1 per trial, so the prediction is
-// that one run: the test fails if the alert went pending only in a later
-// run, or not at all. With no change (the run before the webhook, scraped
-// through its end) it must never go pending.
+// The metrics server's drift test pools driftTrials a side (the flags
+// manifests --schedule passes to history --serve): each run is judged
+// against the one before it. What the two rules then predict, from the
+// tests' exact sizes (results' tail test: k new windows all above the n
+// baseline ones has p = 1/C(n+k, k); at n = 5 the window's level is first
+// reached at k = 4, p = 1/126):
+//
+//   - No change (runs 1 and 2): run 2 is judged against run 1 and called
+//     worse only if, by chance, 4 of its windows lie above all 5 of run 1's:
+//     1/126 as its fourth trial lands, 1/252 more at its fifth, under 1.2%
+//     in all; the bound, the largest of 5 windows under 4 s, stays under
+//     documented. Neither alert may go pending.
+//   - The slow mode, from run 3 (the first run started after the webhook):
+//     EpwindowWindowExceedsDocumentedPreStop goes pending with its first
+//     trial (the bound is at least the largest window); EpwindowWindowWorse
+//     with its fourth (every slowed window above every one of run 2's: the
+//     power is 1). Both within that run; each fires after its `for: 1m`.
+//     An alert that went pending only in a later run, or not at all, fails.
 //
 // The test waits on the CronJob's minute: the first run comes at the first
-// minute boundary after the schedule is applied, the slowed one at the
-// next, and the rule's minute follows: about 4 minutes.
+// minute boundary after the schedule is applied, then one a minute, and the
+// rules' minute follows the third: about 5 minutes.
 const (
-	runTrials  = 3
-	documented = 6 * time.Second
-	slowWrite  = 9 * time.Second
+	runTrials   = 5
+	driftTrials = 5
+	documented  = 6 * time.Second
+	slowWrite   = 9 * time.Second
+)
+
+const (
+	boundAlert = "EpwindowWindowExceedsDocumentedPreStop"
+	driftAlert = "EpwindowWindowWorse"
 )
 
 func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
@@ -79,6 +94,7 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	out, err := exec.Command(bin, "manifests", "--schedule", "* * * * *", "--namespace", ns,
 		"--trials", strconv.Itoa(runTrials), "--ingress-class", "skipper", "--image", "epwindow:latest",
 		"--keep-runs", "0", "--keep-for", "0", "--documented-prestop", documented.String(), "--metrics-refresh", "2s",
+		"--baseline-trials", strconv.Itoa(driftTrials), "--window-trials", strconv.Itoa(driftTrials),
 		"--", "--url", cluster.IngressInClusterURL, "--observer", "none").Output()
 	if err != nil {
 		t.Fatalf("epwindow manifests --schedule: %v", err)
@@ -93,22 +109,31 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	// at its pod address, as a PodMonitor makes it.
 	prom := prometheus(t, historyServer(t, ns))
 
-	// No change: a whole run, the bound alert never pending.
-	deadline := time.Now().Add(3 * time.Minute)
-	for succeeded(t, ns) < 1 {
+	// No change: two whole runs, the second judged against the first;
+	// neither alert ever pending.
+	deadline := time.Now().Add(4 * time.Minute)
+	for succeeded(t, ns) < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no scheduled run succeeded in 3 min; runs: %v", runFiles(t, dir))
+			t.Fatalf("two scheduled runs did not succeed in 4 min; runs: %v", runFiles(t, dir))
 		}
 		time.Sleep(2 * time.Second)
-		if a := boundAlert(prom); a != nil {
-			t.Fatalf("with no change the bound alert is %s (value %s)", a.State, a.Value)
+		for _, name := range []string{boundAlert, driftAlert} {
+			if a := alertOf(prom, name); a != nil {
+				t.Fatalf("with no change %s is %s (value %s); runs: %v", name, a.State, a.Value, runFiles(t, dir))
+			}
 		}
 	}
 	bound, err := settled(prom, "epwindow_window_bound_seconds")
 	if err != nil || bound <= 0 || bound >= documented.Seconds() {
-		t.Fatalf("after a run with no change, epwindow_window_bound_seconds = %v (%v), want a bound under the documented %s", bound, err, documented)
+		t.Fatalf("after runs with no change, epwindow_window_bound_seconds = %v (%v), want a bound under the documented %s", bound, err, documented)
 	}
-	t.Logf("no change: a run of %d trials, bound %.3fs under the documented %s, no alert", runTrials, bound, documented)
+	if same, err := scalar(prom, `epwindow_drift_verdict{verdict="same"}`); err != nil || same != 1 {
+		t.Fatalf("the second run with no change is not judged the same as the first (verdict same = %v, %v)", same, err)
+	}
+	if n, err := scalar(prom, "epwindow_baseline_trials"); err != nil || n != driftTrials {
+		t.Errorf("epwindow_baseline_trials = %v (%v), want the %d of --baseline-trials", n, err, driftTrials)
+	}
+	t.Logf("no change: runs of %d trials, bound %.3fs under the documented %s, the second run judged the same as the first, no alert", runTrials, bound, documented)
 	// The run's own cost, from its summary: what it asked of the API
 	// server, and a peak RSS within the CronJob's memory limit (256Mi,
 	// deploy/schedule/cronjob.yaml), which a real kubelet enforces.
@@ -122,39 +147,48 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	// The slow mode.
 	calls := slowWebhook(t, ns, slowWrite)
 	injected := time.Now()
-	deadline = injected.Add(5 * time.Minute)
-	var pendingRuns int
-	var fired *alert
-	for fired == nil {
+	deadline = injected.Add(6 * time.Minute)
+	pendingRuns := map[string]int{}
+	fired := map[string]*alert{}
+	for len(fired) < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the bound alert did not fire within 5 min of the slow mode (%d slowed writes); runs: %v", calls.Load(), runFiles(t, dir))
+			t.Fatalf("within 6 min of the slow mode (%d slowed writes) only %v fired; runs: %v", calls.Load(), fired, runFiles(t, dir))
 		}
 		time.Sleep(2 * time.Second)
-		a := boundAlert(prom)
-		if a != nil && pendingRuns == 0 {
-			pendingRuns = runsSince(t, dir, injected)
-			t.Logf("bound alert %s at %s after the slow mode, %d run(s) started since", a.State, time.Since(injected).Round(time.Second), pendingRuns)
-		}
-		if a != nil && a.State == "firing" {
-			fired = a
+		for _, name := range []string{boundAlert, driftAlert} {
+			a := alertOf(prom, name)
+			if a == nil {
+				continue
+			}
+			if _, seen := pendingRuns[name]; !seen {
+				pendingRuns[name] = runsSince(t, dir, injected)
+				t.Logf("%s %s at %s after the slow mode, %d run(s) started since", name, a.State, time.Since(injected).Round(time.Second), pendingRuns[name])
+			}
+			if a.State == "firing" && fired[name] == nil {
+				fired[name] = a
+				t.Logf("%s fired %s after the slow mode, value %s", name, time.Since(injected).Round(time.Second), a.Value)
+			}
 		}
 	}
-	if pendingRuns != 1 {
-		t.Errorf("the bound alert went pending with %d runs started since the slow mode, want within the first", pendingRuns)
+	// A run that started before the webhook (the CronJob starts a run due
+	// while the previous one was still going as soon as it ends) may go
+	// pending already: 0 runs since is early, not late.
+	for name, runs := range pendingRuns {
+		if runs > 1 {
+			t.Errorf("%s went pending with %d runs started since the slow mode, want within the first", name, runs)
+		}
 	}
-	// The value is the slowed run's bound: the window after the preStop
-	// call, so the hold less the time from the EndpointSlice controller's
-	// sight of the deletion to the node agent's preStop call (both watch
-	// the same pod update: tens of ms here; 1 s is far above it).
-	if v, err := strconv.ParseFloat(fired.Value, 64); err != nil || v < (slowWrite-time.Second).Seconds() {
-		t.Errorf("the alert's value %s, want the slowed run's bound, about the %s the webhook holds each slice write", fired.Value, slowWrite)
+	// The bound alert's value is the slowed run's bound: the window after
+	// the preStop call, so the hold less the time from the EndpointSlice
+	// controller's sight of the deletion to the node agent's preStop call
+	// (both watch the same pod update: tens of ms here; 1 s is far above
+	// it).
+	if v, err := strconv.ParseFloat(fired[boundAlert].Value, 64); err != nil || v < (slowWrite-time.Second).Seconds() {
+		t.Errorf("%s's value %s, want the slowed run's bound, about the %s the webhook holds each slice write", boundAlert, fired[boundAlert].Value, slowWrite)
 	}
 	if calls.Load() == 0 {
 		t.Errorf("the webhook held no EndpointSlice write")
 	}
-	verdict, _ := scalar(prom, `epwindow_drift_verdict{verdict="worse"}`)
-	t.Logf("fired %s after the slow mode with value %ss; %d slice writes held; drift verdict worse=%v",
-		time.Since(injected).Round(time.Second), fired.Value, calls.Load(), verdict)
 }
 
 // settled is query's value once the finished run's file has reached it: a
@@ -170,15 +204,15 @@ func settled(base, query string) (float64, error) {
 	}
 }
 
-// boundAlert is EpwindowWindowExceedsDocumentedPreStop when pending or
-// firing, nil otherwise.
-func boundAlert(base string) *alert {
+// alertOf is the alert of that name when pending or firing, nil
+// otherwise.
+func alertOf(base, name string) *alert {
 	as, err := alerts(base)
 	if err != nil {
 		return nil // the server is starting
 	}
 	for i, a := range as {
-		if a.Labels["alertname"] == "EpwindowWindowExceedsDocumentedPreStop" {
+		if a.Labels["alertname"] == name {
 			return &as[i]
 		}
 	}
