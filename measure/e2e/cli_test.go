@@ -46,7 +46,7 @@ func epwindowNamespaces(t *testing.T) []string {
 func measureArgs(kubeconfig string, extra ...string) []string {
 	return append([]string{"measure", "--kubeconfig", kubeconfig, "--url", cluster.IngressURL, "--ingress-class", "skipper",
 		"--observer", "skipper", "--observer-url", cluster.RoutesURL, "--observer-interval", "200ms",
-		"--quiet-period", "2s", "--rate", "100"}, extra...)
+		"--quiet-period", "1s", "--rate", "100"}, extra...)
 }
 
 func exitCode(err error) int { return e2etest.ExitCode(err) }
@@ -81,7 +81,7 @@ func TestCLIBadInput(t *testing.T) {
 		msg  string
 	}{
 		{"zero trials", measureArgs(admin, "--trials", "0"), 2, "--trials (0) must be at least 1"},
-		{"hold shorter than quiet period", measureArgs(admin, "--hold", "1s"), 2, "--hold (1s) must exceed --quiet-period (2s)"},
+		{"hold no longer than the quiet period", measureArgs(admin, "--hold", "1s"), 2, "--hold (1s) must exceed --quiet-period (1s)"},
 		{"negative duration", measureArgs(admin, "--drain", "-5s"), 2, "--drain (-5s) must not be negative"},
 		{"one replica", measureArgs(admin, "--replicas", "1"), 2, "--replicas (1) must be at least 2"},
 		{"missing kubeconfig", measureArgs(filepath.Join(dir, "nope")), 4, "--kubeconfig"},

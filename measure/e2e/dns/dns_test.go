@@ -39,11 +39,12 @@ func TestMain(m *testing.M) {
 // clients how long they may keep the old answer: the header reports the
 // one CoreDNS sent, and no cache counted it down.
 //
-// Five trials: each checks the bound on its own (no statistic is claimed),
-// and five deletions through two Services' slices catch a consistently
-// late or early stage at about 15 s a trial.
-func TestDNSRemovedFollowsTheSlice(t *testing.T) {
-	sink := e2etest.Run(t, Config(t, cluster, 5), 10*time.Minute)
+// checkDNSFollowsTheSlice checks it on a run's trials: the gRPC client
+// runs (TestGRPCClientLeavesWithItsConnection) carry the dns observer too,
+// and their six deletions check each bound on its own (no statistic is
+// claimed); a consistently late or early stage shows in every one.
+func checkDNSFollowsTheSlice(t *testing.T, sink *e2etest.Sink) {
+	t.Helper()
 	if s := DNSSettings(t, sink.Meta); s["ttl"] != ttl.String() || s["ttl_seen"] != "" {
 		t.Errorf("header: dns settings %v, want ttl %s and no cache", s, ttl)
 	}
@@ -115,7 +116,7 @@ func TestCLIObserverDNS(t *testing.T) {
 // Three trials with a 4 s hold: each shows it on its own (DNS keeps the
 // address at least hold − 1 s = 3 s after slice_not_ready, against the
 // Interval + Slack = 0.35 s it takes when the address is not published,
-// TestDNSRemovedFollowsTheSlice).
+// checkDNSFollowsTheSlice).
 func TestPublishNotReadyKeepsTheAddress(t *testing.T) {
 	cfg := Config(t, cluster, 3)
 	cfg.DNSPublishNotReady = true

@@ -25,7 +25,7 @@ const resolveEvery = 3 * time.Second
 // deleted pod, and the load goes through HAProxy.
 //
 // Ground truth: CoreDNS drops the address at slice_not_ready (no cache,
-// TestDNSRemovedFollowsTheSlice), HAProxy asks again every resolveEvery
+// checkDNSFollowsTheSlice), HAProxy asks again every resolveEvery
 // and then takes the slot's address (RMAINT). So slice_not_ready→
 // upstream_removed lies within [−Slack, resolveEvery + Interval + Slack];
 // with the deletions spread over one resolveEvery (--trial-jitter,
@@ -43,7 +43,7 @@ const resolveEvery = 3 * time.Second
 // namespace; measure runs there (--namespace) and times the same name
 // (--dns-name).
 //
-// Five trials, as TestDNSRemovedFollowsTheSlice, at about 15 s each.
+// Five trials, each checked on its own, at about 15 s each.
 func TestHAProxyFollowsDNS(t *testing.T) {
 	if cluster.HAProxyURL == "" || cluster.HAProxySocket == "" || cluster.HAProxyName == "" {
 		t.Fatalf("the cluster runs no HAProxy (up --haproxy): %+v", cluster)

@@ -14,7 +14,7 @@ import (
 // few ms over loopback, plus the scheduling of two goroutines on this
 // shared 2-core machine. A stage taken from another write of another slice
 // would be seconds off (the holder's next write is the removal, after the
-// 2 s quiet period).
+// 1 s quiet period).
 const watchAgree = 100 * time.Millisecond
 
 // Many slices: every trial names the slice that held the deleted pod's

@@ -65,7 +65,7 @@ const (
 	// cluster_last_routed 96 ms before slice_not_ready).
 	runnerRate = 500
 	// trials is the run's deletions. Each takes 6 to 9 s here (the window,
-	// the 2 s quiet period, the replacement's return to steady state and
+	// the 1 s quiet period, the replacement's return to steady state and
 	// up to one kube-proxy period of jitter), after about 25 s of setup for
 	// 30 replicas: the package took 2 min 37 s and, on a loaded machine,
 	// 3 min 35 s, compile and the cluster's start included, within its

@@ -325,7 +325,7 @@ func TestGoawayLetsStreamsFinish(t *testing.T) {
 	cfg := config(t, load.ProtocolGRPC, probe.StreamDrain{Mode: probe.DrainGoaway})
 	// GOAWAY comes with the listener closed (as grpc-go's GracefulStop),
 	// so POST /release cannot reach the probe: its hold ends the trial.
-	// 5 s keeps that short and still exceeds the 2 s quiet period.
+	// 5 s keeps that short and still exceeds the 1 s quiet period.
 	cfg.Hold = 5 * time.Second
 	bothPaths(t, cfg, "traefik", checkGoaway)
 }
