@@ -150,6 +150,8 @@ func TestExitCodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// Each case is a process of its own: they run side by side.
+			t.Parallel()
 			js, _ := json.Marshal(tt.args)
 			cmd := exec.Command(os.Args[0], "-test.run=^TestExitCodes$")
 			cmd.Env = append(os.Environ(), envMainArgs+"="+string(js))

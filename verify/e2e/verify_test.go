@@ -81,14 +81,94 @@ func client(t *testing.T) kubernetes.Interface {
 	return c
 }
 
-// team creates namespace name with a 2-replica "team" Deployment of the
-// probe (the base manifest: readiness on /healthz, maxSurge 1,
-// maxUnavailable 0), its Service and a Skipper Ingress for host
-// name.local; edit shapes the pod. It waits for 2 ready replicas and
-// deletes the namespace at the end of the test.
-func team(t *testing.T, name string, grace time.Duration, edit func(*corev1.PodSpec, *corev1.Container)) {
+// teamShape shapes a team's pod.
+type teamShape func(*corev1.PodSpec, *corev1.Container)
+
+// goodShape is the team app done right: it exits at SIGTERM, after the
+// recommended preStop sleep.
+func goodShape(s *corev1.PodSpec, c *corev1.Container) {
+	c.Command = probeCmd("--exit-on-sigterm")
+	c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+}
+
+// goodGrace is goodShape's terminationGracePeriodSeconds.
+const goodGrace = goodPreStop + 5*time.Second
+
+// teams are the Skipper-served teams of TestVerify and TestVerifyWatch:
+// each test's namespace, grace period and pod shape.
+var teams = map[string]struct {
+	grace time.Duration
+	shape teamShape
+}{
+	"team-bad": {5 * time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+		c.Command = probeCmd("--exit-on-sigterm")
+		c.Lifecycle = nil
+	}},
+	"team-input": {goodGrace, goodShape},
+	"team-tls":   {goodGrace, goodShape},
+	"team-good":  {goodGrace, goodShape},
+	"team-deaf": {3 * time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
+		c.Command = probeCmd("--ignore-sigterm")
+		c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+	}},
+	"team-slow": {goodGrace, func(s *corev1.PodSpec, c *corev1.Container) {
+		// The app of the startup race: Ready when its process starts (no
+		// readiness probe), its port open only 3 s later.
+		c.Command = probeCmd("--exit-on-sigterm", "--listen-delay=3s")
+		c.ReadinessProbe = nil
+		c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
+	}},
+	"team-get":   {goodGrace, goodShape},
+	"team-watch": {goodGrace, goodShape},
+}
+
+// created holds the teams whose objects prewarm is creating: each
+// channel yields the creation's error, then is closed.
+var created sync.Map // name → chan error
+
+// prewarm creates every team of teams at once, in the background: each
+// test then finds its pods started and routed instead of waiting seconds
+// for them one test after another. The tests' own cleanups delete the
+// namespaces; the local cluster goes with the package.
+func prewarm(t *testing.T) {
+	c := client(t)
+	f := front{class: e2etest.IngressClass, url: cluster.IngressURL}
+	for name, spec := range teams {
+		done := make(chan error, 1)
+		if _, loaded := created.LoadOrStore(name, done); loaded {
+			continue
+		}
+		go func() {
+			done <- createTeam(c, name, spec.grace, f, spec.shape)
+			close(done)
+		}()
+	}
+}
+
+// team gives the test the team of that name in teams (prewarmed or
+// created now), served by Skipper, ready and routed; its namespace is
+// deleted at the end of the test.
+func team(t *testing.T, name string) {
 	t.Helper()
-	teamOn(t, name, grace, front{class: e2etest.IngressClass, url: cluster.IngressURL}, edit)
+	spec, ok := teams[name]
+	if !ok {
+		t.Fatalf("no team %s", name)
+	}
+	f := front{class: e2etest.IngressClass, url: cluster.IngressURL}
+	c := client(t)
+	t.Cleanup(func() {
+		_ = c.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	var err error
+	if done, ok := created.LoadAndDelete(name); ok {
+		err = <-done.(chan error)
+	} else {
+		err = createTeam(c, name, spec.grace, f, spec.shape)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitTeam(t, c, name, f)
 }
 
 // front is where a team's Ingress is served: its class, the URL verify's
@@ -100,39 +180,57 @@ type front struct {
 	tls        *tls.Config
 }
 
-// teamOn is team with the Ingress of class f.class, served through f.url.
-func teamOn(t *testing.T, name string, grace time.Duration, f front, edit func(*corev1.PodSpec, *corev1.Container)) {
+// teamOn creates namespace name with a 2-replica "team" Deployment of the
+// probe (the base manifest: readiness on /healthz, maxSurge 1,
+// maxUnavailable 0), its Service and an Ingress of class f.class for host
+// name.local, served through f.url; shape shapes the pod. It waits for 2
+// ready replicas routed, and deletes the namespace at the end of the test.
+func teamOn(t *testing.T, name string, grace time.Duration, f front, shape teamShape) {
 	t.Helper()
 	c := client(t)
-	wl, err := deploy.Render(deploy.Params{Namespace: name, Name: "team", Replicas: 2, Image: deploy.DefaultImage,
-		IngressClass: f.class, Host: name + ".local", Hold: time.Second, GracePeriod: grace, PreStop: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := &wl.Deployment.Spec.Template.Spec
-	edit(spec, &spec.Containers[0])
-	ctx := context.Background()
-	if _, err := c.CoreV1().Namespaces().Create(ctx, wl.Namespace, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		_ = c.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
+	if err := createTeam(c, name, grace, f, shape); err != nil {
+		t.Fatal(err)
+	}
+	awaitTeam(t, c, name, f)
+}
+
+// createTeam creates teamOn's objects.
+func createTeam(c kubernetes.Interface, name string, grace time.Duration, f front, shape teamShape) error {
+	wl, err := deploy.Render(deploy.Params{Namespace: name, Name: "team", Replicas: 2, Image: deploy.DefaultImage,
+		IngressClass: f.class, Host: name + ".local", Hold: time.Second, GracePeriod: grace, PreStop: true})
+	if err != nil {
+		return err
+	}
+	spec := &wl.Deployment.Spec.Template.Spec
+	shape(spec, &spec.Containers[0])
+	ctx := context.Background()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, wl.Namespace, metav1.CreateOptions{}); err != nil {
+		return err
+	}
 	if f.secret != nil {
 		if _, err := c.CoreV1().Secrets(name).Create(ctx, f.secret, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		wl.Ingress.Spec.TLS = []networkingv1.IngressTLS{{Hosts: []string{name + ".local"}, SecretName: f.secret.Name}}
 	}
 	if _, err := c.CoreV1().Services(name).Create(ctx, wl.Service, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if _, err := c.AppsV1().Deployments(name).Create(ctx, wl.Deployment, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if _, err := c.NetworkingV1().Ingresses(name).Create(ctx, wl.Ingress, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.NetworkingV1().Ingresses(name).Create(ctx, wl.Ingress, metav1.CreateOptions{})
+	return err
+}
+
+// awaitTeam waits for team name's 2 replicas to be ready and served
+// through f.
+func awaitTeam(t *testing.T, c kubernetes.Interface, name string, f front) {
+	t.Helper()
+	ctx := context.Background()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		d, err := c.AppsV1().Deployments(name).Get(ctx, "team", metav1.GetOptions{})
@@ -286,11 +384,9 @@ func junitAgrees(t *testing.T, path string, code int) {
 // (bad, SIGKILL, startup race: every replaced pod fails the same way), and
 // the minimum of 3 where a pass must hold up over repetition (good).
 func TestVerify(t *testing.T) {
+	prewarm(t)
 	t.Run("bad: exits at SIGTERM, no preStop", func(t *testing.T) {
-		team(t, "team-bad", 5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
-			c.Command = probeCmd("--exit-on-sigterm")
-			c.Lifecycle = nil
-		})
+		team(t, "team-bad")
 		rep, _, code := run(t, "team-bad", "--method", "POST", "--rate", "100", "--rollouts", "1",
 			"--check-port", "8080/healthz", "--self-test=false")
 		if code != 3 {
@@ -329,10 +425,7 @@ func TestVerify(t *testing.T) {
 	// --host whose route leads to another Service, and (with the route
 	// check off) a route whose backend has no pod answering.
 	t.Run("bad input: fails fast, before the self-test", func(t *testing.T) {
-		team(t, "team-input", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
-			c.Command = probeCmd("--exit-on-sigterm")
-			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
-		})
+		team(t, "team-input")
 		c := client(t)
 		ctx := context.Background()
 		// A decoy route in the same namespace to a Service selecting no
@@ -400,10 +493,7 @@ func TestVerify(t *testing.T) {
 	// plain HTTP, so the front stands in for an ingress's TLS entry point.
 	// One rollout of the good shape: it must pass.
 	t.Run("https: SNI is --host, verified with --ingress-ca", func(t *testing.T) {
-		team(t, "team-tls", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
-			c.Command = probeCmd("--exit-on-sigterm")
-			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
-		})
+		team(t, "team-tls")
 		front, ca, sni := tlsFront(t, "team-tls.local")
 		rep, _, code := run(t, "team-tls", "--url", front, "--ingress-ca", ca, "--method", "POST", "--rate", "50",
 			"--rollouts", "1", "--self-test=false")
@@ -483,10 +573,7 @@ func TestVerify(t *testing.T) {
 	})
 
 	t.Run("good: the recommended preStop, 3 rollouts, self-test", func(t *testing.T) {
-		team(t, "team-good", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
-			c.Command = probeCmd("--exit-on-sigterm")
-			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
-		})
+		team(t, "team-good")
 		rep, stderr, code := run(t, "team-good", "--method", "POST", "--rate", "100", "--rollouts", "3",
 			"--check-port", "8080/healthz", "--ingress-class", e2etest.IngressClass)
 		// The gate fails exactly when a request failed (--max-failures 0).
@@ -546,10 +633,7 @@ func TestVerify(t *testing.T) {
 	})
 
 	t.Run("ignores SIGTERM: 137", func(t *testing.T) {
-		team(t, "team-deaf", 3*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
-			c.Command = probeCmd("--ignore-sigterm")
-			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
-		})
+		team(t, "team-deaf")
 		rep, _, code := run(t, "team-deaf", "--method", "POST", "--rate", "50", "--rollouts", "1", "--self-test=false")
 		if code != 3 {
 			t.Fatalf("exit %d, want 3", code)
@@ -569,13 +653,7 @@ func TestVerify(t *testing.T) {
 	})
 
 	t.Run("startup race: listener opens 3s after start, no readiness probe", func(t *testing.T) {
-		team(t, "team-slow", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
-			// The app of the startup race: Ready when its process starts (no
-			// readiness probe), its port open only 3 s later.
-			c.Command = probeCmd("--exit-on-sigterm", "--listen-delay=3s")
-			c.ReadinessProbe = nil
-			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
-		})
+		team(t, "team-slow")
 		rep, _, code := run(t, "team-slow", "--method", "POST", "--rate", "100", "--rollouts", "1",
 			"--check-port", "8080/healthz", "--self-test=false")
 		if code != 3 {
@@ -599,10 +677,7 @@ func TestVerify(t *testing.T) {
 	// none of the canary's refusals: the gate is blind, and says so before
 	// touching the team's Deployment.
 	t.Run("blind: GET through Skipper at a low rate", func(t *testing.T) {
-		team(t, "team-get", goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
-			c.Command = probeCmd("--exit-on-sigterm")
-			c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
-		})
+		team(t, "team-get")
 		before := deployment(t, "team-get")
 		rep, stderr, code := run(t, "team-get", "--method", "GET", "--rate", "10", "--rollouts", "3")
 		if code != 7 {
@@ -639,10 +714,7 @@ func TestVerify(t *testing.T) {
 // with).
 func TestVerifyWatch(t *testing.T) {
 	const ns = "team-watch"
-	team(t, ns, goodPreStop+5*time.Second, func(s *corev1.PodSpec, c *corev1.Container) {
-		c.Command = probeCmd("--exit-on-sigterm")
-		c.Lifecycle.PreStop.HTTPGet.Path = deploy.PreStopPath(goodPreStop)
-	})
+	team(t, ns)
 	c := client(t)
 	// restart is kubectl rollout restart's patch, but at nanoseconds:
 	// kubectl writes whole seconds, so two restarts within a second would

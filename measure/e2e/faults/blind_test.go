@@ -97,13 +97,16 @@ func blindDuring(p *blindingProxy, modes map[int]int32) func(measure.Progress) {
 // The Skipper observer goes blind mid-run: answering 503 during trial 2,
 // hanging up during trial 4. Both trials are kept, marked invalid with a
 // reason that names the observer replica; the run goes on and the other
-// trials are valid.
+// trials are valid. Bystander pods in another namespace, labelled as the
+// run's, are left untouched all along (bystanders).
 func TestObserverBlindMarksTrialsInvalid(t *testing.T) {
 	p := newBlindingProxy(t)
 	cfg := baseConfig(t)
 	cfg.Trials = 5
 	cfg.ObserverOptions.URLs = []string{p.routesURL()}
+	checkBystanders := bystanders(t)
 	sink, err := runMeasure(t, cfg, blindDuring(p, map[int]int32{2: answer503, 4: hangUp}))
+	checkBystanders(sink, err)
 	if err != nil {
 		t.Fatalf("measure.Run with a blind observer: %v (the run should go on without --stop-on-blind-observer)", err)
 	}

@@ -303,7 +303,11 @@ func checkJittered(t *testing.T, r *results.Record, s *results.StreamTrial, path
 func TestGRPCWithoutH2C(t *testing.T) {
 	cfg := e2etest.Config(t, cluster, cluster.Client)
 	cfg.Streams = measure.StreamOptions{N: 2, Protocol: load.ProtocolGRPC, Reconnect: load.Reconnect{Policy: "fixed", Delay: 200 * time.Millisecond}}
-	cfg.SettleTimeout = 20 * time.Second
+	// The run waits this long twice: for the steady state (3 pods Ready and
+	// routed: about 4 s here) and then for the streams, which fail every
+	// 200 ms and never open. 10 s is over twice the first; the second only
+	// collects failures.
+	cfg.SettleTimeout = 10 * time.Second
 	sink := e2etest.NewSink()
 	err := measure.Run(t.Context(), cfg, sink, func(measure.Progress) {})
 	var fe *measure.FlagError
