@@ -37,7 +37,7 @@ var (
 	descHeld     = desc("drift_baseline_held", "1 when the baseline is held before an earlier run judged worse.")
 	descDoc      = desc("documented_prestop_seconds", "The preStop the platform documents (--documented-prestop), for alerting when the window bound exceeds it.")
 	descLastRun  = desc("last_run_start_timestamp_seconds", "When the newest run started, in seconds since the epoch.")
-	descLastT    = desc("last_trial_timestamp_seconds", "When the history's newest trial deleted its pod, in seconds since the epoch; before the first trial, when this server started.")
+	descLastT    = desc("last_trial_timestamp_seconds", "When the history's newest trial that measured the window deleted its pod, in seconds since the epoch; before the first, when this server started.")
 	descEvery    = desc("expected_run_interval_seconds", "The longest time the schedule leaves between two runs (--expect-run-every), for alerting when it stops measuring.")
 	descRuns     = desc("history_runs", "Runs in the history, all segments.")
 	descSegRuns  = desc("segment_runs", "Runs since the settings that shape the window last changed.")
@@ -212,13 +212,16 @@ func histogram(stage string, values []float64) prometheus.Metric {
 	return prometheus.MustNewConstHistogram(descStage, uint64(len(values)), sum, buckets, stage)
 }
 
-// lastTrial is when the newest trial of runs (oldest first) deleted its
-// pod; zero when no run has a trial.
+// lastTrial is when the newest trial of runs (oldest first) that measured
+// the window deleted its pod; zero when none did. Trials that measured
+// nothing (an observer blind, a watch broken) are not counted: the numbers
+// exported rest only on the others, and so does the alert on their age.
 func lastTrial(runs []results.HistoryRun) time.Time {
 	for i := len(runs) - 1; i >= 0; i-- {
 		var last time.Time
-		for _, r := range runs[i].File.Trials {
-			if r.T0.After(last) {
+		for j := range runs[i].File.Trials {
+			r := &runs[i].File.Trials[j]
+			if _, ok := r.Window(); ok && r.PointValid(results.PointWindow) && r.T0.After(last) {
 				last = r.T0
 			}
 		}

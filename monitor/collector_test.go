@@ -150,14 +150,23 @@ func TestCollectorLastTrial(t *testing.T) {
 # HELP epwindow_expected_run_interval_seconds The longest time the schedule leaves between two runs (--expect-run-every), for alerting when it stops measuring.
 # TYPE epwindow_expected_run_interval_seconds gauge
 epwindow_expected_run_interval_seconds 21600
-# HELP epwindow_last_trial_timestamp_seconds When the history's newest trial deleted its pod, in seconds since the epoch; before the first trial, when this server started.
+# HELP epwindow_last_trial_timestamp_seconds When the history's newest trial that measured the window deleted its pod, in seconds since the epoch; before the first, when this server started.
 # TYPE epwindow_last_trial_timestamp_seconds gauge
 epwindow_last_trial_timestamp_seconds %s
 `, strconv.FormatFloat(float64(last.UnixNano())/1e9, 'g', -1, 64))
 	}
 	c := NewCollector(Options{RunEvery: 6 * time.Hour, Since: since})
-	// A run just started (header only) keeps the newest trial where it was.
-	d.Runs = append(d.Runs, results.HistoryRun{Name: "started", File: &results.File{Header: d.Runs[2].File.Header}})
+	// A run just started (header only), and one whose trials measured no
+	// window (all invalid), keep the newest trial where it was.
+	blind := &results.File{Header: d.Runs[2].File.Header}
+	for _, r := range d.Runs[2].File.Trials {
+		r.T0 = r.T0.Add(time.Hour)
+		r.Valid, r.Reasons = false, []results.Reason{{Code: results.ReasonObserverBlind}}
+		r.Stages = nil // no stage seen: no window
+		blind.Trials = append(blind.Trials, r)
+	}
+	d.Runs = append(d.Runs, results.HistoryRun{Name: "blind", File: blind},
+		results.HistoryRun{Name: "started", File: &results.File{Header: d.Runs[2].File.Header}})
 	c.Update(d)
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want(newest)), "epwindow_expected_run_interval_seconds", "epwindow_last_trial_timestamp_seconds"); err != nil {
 		t.Error(err)
