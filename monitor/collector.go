@@ -213,15 +213,16 @@ func histogram(stage string, values []float64) prometheus.Metric {
 }
 
 // lastTrial is when the newest trial of runs (oldest first) that measured
-// the window deleted its pod; zero when none did. Trials that measured
-// nothing (an observer blind, a watch broken) are not counted: the numbers
-// exported rest only on the others, and so does the alert on their age.
+// the window deleted its pod (results.Record.MeasuredWindow, as the drift
+// test counts them); zero when none did. Trials that measured nothing (an
+// observer blind, a watch broken) are not counted: the numbers exported
+// rest only on the others, and so does the alert on their age.
 func lastTrial(runs []results.HistoryRun) time.Time {
 	for i := len(runs) - 1; i >= 0; i-- {
 		var last time.Time
 		for j := range runs[i].File.Trials {
 			r := &runs[i].File.Trials[j]
-			if _, ok := r.Window(); ok && r.PointValid(results.PointWindow) && r.T0.After(last) {
+			if r.MeasuredWindow() && r.T0.After(last) {
 				last = r.T0
 			}
 		}

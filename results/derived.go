@@ -131,6 +131,13 @@ func (r *Record) TrafficEnd() (time.Duration, bool) {
 // (window − prestop_called) remains a difference on one clock.
 func (r *Record) Window() (time.Duration, bool) { return r.TrafficEnd() }
 
+// MeasuredWindow reports whether the trial measured the window: it has one
+// and nothing made it invalid. The drift test pools only such trials.
+func (r *Record) MeasuredWindow() bool {
+	_, ok := r.Window()
+	return ok && r.PointValid(PointWindow)
+}
+
 // AfterPrestop is the traffic end − prestop_called: what a preStop hook has
 // to cover. False when either is missing.
 func (r *Record) AfterPrestop() (time.Duration, bool) {

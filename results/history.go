@@ -307,8 +307,7 @@ func (d *Drift) WindowSummary() *Summary {
 func windowTrials(f *File) int {
 	n := 0
 	for i := range f.Trials {
-		r := &f.Trials[i]
-		if _, ok := r.Window(); ok && r.PointValid(PointWindow) {
+		if f.Trials[i].MeasuredWindow() {
 			n++
 		}
 	}
