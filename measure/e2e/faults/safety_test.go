@@ -2,12 +2,10 @@ package faults
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -120,54 +118,42 @@ func bystanders(t *testing.T) (check func(sink *e2etest.Sink, runErr error)) {
 		if runErr != nil || sink.Meta == nil {
 			t.Fatalf("measure.Run: %v", runErr)
 		}
-		mu.Lock()
-		seen := slices.Clone(touched)
-		mu.Unlock()
-		checkBystanders(t, sink, ns, len(before), uids, dep, nsBefore, seen)
-	}
-}
-
-// checkBystanders: the run in sink left the bystander namespace ns as it
-// was before (nBefore pods of uids, Deployment dep, namespace nsBefore),
-// and its watch saw nothing touched.
-func checkBystanders(t *testing.T, sink *e2etest.Sink, ns string, nBefore int, uids map[types.UID]string,
-	dep *appsv1.Deployment, nsBefore *corev1.Namespace, touched []string) {
-	t.Helper()
-	ctx := context.Background()
-	if sink.Meta.Namespace == ns {
-		t.Fatalf("measure ran in the bystander namespace %s", ns)
-	}
-
-	for _, s := range touched {
-		t.Errorf("during the run: %s", s)
-	}
-	after, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(after.Items) != nBefore {
-		t.Errorf("%d bystander pods after the run, %d before", len(after.Items), nBefore)
-	}
-	for _, p := range after.Items {
-		if _, ok := uids[p.UID]; !ok {
-			t.Errorf("bystander pod %s (uid %s) is not one of the pods before the run: %v", p.Name, p.UID, uids)
+		if sink.Meta.Namespace == ns {
+			t.Fatalf("measure ran in the bystander namespace %s", ns)
 		}
-		if p.DeletionTimestamp != nil {
-			t.Errorf("bystander pod %s has deletionTimestamp %s", p.Name, p.DeletionTimestamp)
+
+		// The watch has ended (watchEnd): touched is complete.
+		for _, s := range touched {
+			t.Errorf("during the run: %s", s)
 		}
-	}
-	depAfter, err := admin.AppsV1().Deployments(ns).Get(ctx, dep.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("bystander deployment after the run: %v", err)
-	}
-	if depAfter.Generation != dep.Generation {
-		t.Errorf("bystander deployment generation %d after the run, %d before: its spec was changed", depAfter.Generation, dep.Generation)
-	}
-	nsAfter, err := admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("bystander namespace after the run: %v", err)
-	}
-	if nsAfter.UID != nsBefore.UID || nsAfter.DeletionTimestamp != nil {
-		t.Errorf("bystander namespace replaced or terminating: uid %s → %s, deletionTimestamp %v", nsBefore.UID, nsAfter.UID, nsAfter.DeletionTimestamp)
+		after, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(after.Items) != len(before) {
+			t.Errorf("%d bystander pods after the run, %d before", len(after.Items), len(before))
+		}
+		for _, p := range after.Items {
+			if _, ok := uids[p.UID]; !ok {
+				t.Errorf("bystander pod %s (uid %s) is not one of the pods before the run: %v", p.Name, p.UID, uids)
+			}
+			if p.DeletionTimestamp != nil {
+				t.Errorf("bystander pod %s has deletionTimestamp %s", p.Name, p.DeletionTimestamp)
+			}
+		}
+		depAfter, err := admin.AppsV1().Deployments(ns).Get(ctx, dep.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("bystander deployment after the run: %v", err)
+		}
+		if depAfter.Generation != dep.Generation {
+			t.Errorf("bystander deployment generation %d after the run, %d before: its spec was changed", depAfter.Generation, dep.Generation)
+		}
+		nsAfter, err := admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("bystander namespace after the run: %v", err)
+		}
+		if nsAfter.UID != nsBefore.UID || nsAfter.DeletionTimestamp != nil {
+			t.Errorf("bystander namespace replaced or terminating: uid %s → %s, deletionTimestamp %v", nsBefore.UID, nsAfter.UID, nsAfter.DeletionTimestamp)
+		}
 	}
 }
