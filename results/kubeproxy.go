@@ -10,6 +10,14 @@ type KubeProxy struct {
 	// Err says why the metrics could not be read; the figures are then
 	// absent.
 	Err string `json:"error,omitempty"`
+	// Mode is kube-proxy's proxy mode (its /proxyMode: "nftables",
+	// "iptables", "ipvs"), SyncPeriodNS and MinSyncPeriodNS its
+	// syncPeriod and minSyncPeriod (its /configz): what the operator
+	// configured, and so settings of a history (SettingsOf). Empty or 0
+	// when kube-proxy did not say.
+	Mode            string `json:"mode,omitempty"`
+	SyncPeriodNS    int64  `json:"sync_period_ns,omitempty"`
+	MinSyncPeriodNS int64  `json:"min_sync_period_ns,omitempty"`
 	// Syncs counts kubeproxy_sync_proxy_rules_duration_seconds observations
 	// (one per full or partial sync), SyncMeanNS their mean and
 	// SyncP99UpperNS the upper bound of the bucket that holds their p99.
