@@ -35,7 +35,7 @@ var (
 	descBase     = desc("baseline_trials", "Trials in the pooled baseline the newest runs were compared with.")
 	descVerdict  = desc("drift_verdict", "The newest run's drift verdict on the window against the pooled baseline: 1 for the verdict it got.", "verdict")
 	descHeld     = desc("drift_baseline_held", "1 when the baseline is held before an earlier run judged worse.")
-	descDoc      = desc("documented_prestop_seconds", "The preStop the platform documents (--documented-prestop), for alerting when the window bound exceeds it.")
+	descDoc      = desc("documented_prestop_seconds", "The preStop the platform documents (--documented-prestop), for alerting when the recommended preStop exceeds it.")
 	descLastRun  = desc("last_run_start_timestamp_seconds", "When the newest run started, in seconds since the epoch.")
 	descLastT    = desc("last_trial_timestamp_seconds", "When the history's newest trial that measured the window deleted its pod, in seconds since the epoch; before the first, when this server started.")
 	descEvery    = desc("expected_run_interval_seconds", "The longest time the schedule leaves between two runs (--expect-run-every), for alerting when it stops measuring.")
@@ -47,7 +47,34 @@ var (
 	descCostTime = desc("run_duration_seconds", "How long the newest finished run took.")
 	descCostRSS  = desc("run_peak_rss_bytes", "The newest finished run's peak resident memory.")
 	descCostCPU  = desc("run_cpu_seconds", "CPU time the newest finished run used.")
+	// The health of the reads of the history: what the numbers above are
+	// as of.
+	descReadOK    = desc("history_last_read_success_timestamp_seconds", "When the history was last read whole, in seconds since the epoch: every other metric is as of then.")
+	descReadErrs  = desc("history_read_errors_total", "Reads of the history that failed as a whole (its folder missing or unreadable); the metrics stay the last read's.")
+	descSkipped   = desc("history_skipped_files", "Files of the history the last read skipped, by reason: empty (no header yet), invalid (not a run's results), unreadable, future (started after the read, beyond the tolerance: a wrong clock), duplicate (a copy of a run read once).", "reason")
+	descRefreshed = desc("history_refresh_interval_seconds", "How often the history is read again (--refresh), for alerting when the last read is too old.")
 )
+
+// Reasons a read of the history skips a file: the values of
+// epwindow_history_skipped_files' reason label, a fixed few.
+const (
+	// SkipEmpty: a zero-byte file, a run that has not written its header
+	// (yet), or a full volume's.
+	SkipEmpty = "empty"
+	// SkipInvalid: not a run's results (no header, not JSON lines, a
+	// malformed line).
+	SkipInvalid = "invalid"
+	// SkipUnreadable: the file could not be read (a permission).
+	SkipUnreadable = "unreadable"
+	// SkipFuture: a run that started after the read by more than the
+	// tolerance: its node's clock is wrong.
+	SkipFuture = "future"
+	// SkipDuplicate: a copy of a run the read already holds.
+	SkipDuplicate = "duplicate"
+)
+
+// SkipReasons are the reasons a file is skipped, each exported.
+var SkipReasons = []string{SkipEmpty, SkipInvalid, SkipUnreadable, SkipFuture, SkipDuplicate}
 
 // Options are what a Collector exports besides the history.
 type Options struct {
@@ -59,15 +86,27 @@ type Options struct {
 	// Since is when the server started: the newest trial's time while the
 	// history has none, so that a schedule that never measures is seen.
 	Since time.Time
+	// Refresh is how often the history is read again (0: not exported).
+	Refresh time.Duration
+}
+
+// Read is how a read of the history went, besides its runs.
+type Read struct {
+	// At is when the read was made.
+	At time.Time
+	// Skipped counts the files it skipped by reason (SkipReasons).
+	Skipped map[string]int
 }
 
 // Collector is a prometheus.Collector of a history's newest state. Update
-// replaces the state; scrapes read the last one.
+// replaces the state; scrapes read the last one, and how old it is.
 type Collector struct {
 	o Options
 
-	mu      sync.Mutex
-	metrics []prometheus.Metric
+	mu         sync.Mutex
+	metrics    []prometheus.Metric
+	read       Read
+	readErrors int
 }
 
 // NewCollector returns a Collector with no history yet.
@@ -79,7 +118,7 @@ func NewCollector(o Options) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStage, descPreStop, descGrace, descBound, descCovers, descConf, descFloor,
 		descCensored, descTrials, descBase, descVerdict, descHeld, descDoc, descLastRun, descLastT, descEvery, descRuns, descSegRuns, descObsBytes,
-		descCostAPI, descCostTime, descCostRSS, descCostCPU} {
+		descCostAPI, descCostTime, descCostRSS, descCostCPU, descReadOK, descReadErrs, descSkipped, descRefreshed} {
 		ch <- d
 	}
 }
@@ -91,13 +130,33 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.metrics {
 		ch <- m
 	}
+	ch <- prometheus.MustNewConstMetric(descReadErrs, prometheus.CounterValue, float64(c.readErrors))
+	if c.o.Refresh > 0 {
+		ch <- prometheus.MustNewConstMetric(descRefreshed, prometheus.GaugeValue, c.o.Refresh.Seconds())
+	}
+	if c.read.At.IsZero() {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descReadOK, prometheus.GaugeValue, unixSeconds(c.read.At))
+	for _, r := range SkipReasons {
+		ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.GaugeValue, float64(c.read.Skipped[r]), r)
+	}
 }
 
-// Update computes the metrics of history d.
-func (c *Collector) Update(d *results.Drift) {
+// Update replaces the state with history d, as read by r.
+func (c *Collector) Update(d *results.Drift, r Read) {
 	ms := Metrics(d, c.o)
 	c.mu.Lock()
-	c.metrics = ms
+	c.metrics, c.read = ms, r
+	c.mu.Unlock()
+}
+
+// ReadFailed counts a read of the history that failed as a whole; the
+// state stays the last read's, and epwindow_history_last_read_success_timestamp_seconds
+// ages.
+func (c *Collector) ReadFailed() {
+	c.mu.Lock()
+	c.readErrors++
 	c.mu.Unlock()
 }
 

@@ -44,7 +44,7 @@ func history(t *testing.T, n int) *results.Drift {
 func TestCollector(t *testing.T) {
 	d := history(t, 8)
 	c := NewCollector(Options{Documented: 4 * time.Second, RunEvery: 6 * time.Hour, Since: time.Now()})
-	c.Update(d)
+	c.Update(d, Read{})
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestCollector(t *testing.T) {
 # HELP epwindow_recommended_prestop_seconds The preStop sleep the newest runs recommend.
 # TYPE epwindow_recommended_prestop_seconds gauge
 epwindow_recommended_prestop_seconds ` + strconv.FormatInt(r.PreStopSeconds, 10) + `
-# HELP epwindow_documented_prestop_seconds The preStop the platform documents (--documented-prestop), for alerting when the window bound exceeds it.
+# HELP epwindow_documented_prestop_seconds The preStop the platform documents (--documented-prestop), for alerting when the recommended preStop exceeds it.
 # TYPE epwindow_documented_prestop_seconds gauge
 epwindow_documented_prestop_seconds 4
 # HELP epwindow_drift_verdict The newest run's drift verdict on the window against the pooled baseline: 1 for the verdict it got.
@@ -106,7 +106,7 @@ func TestCollectorRunCost(t *testing.T) {
 		ElapsedNS: int64(65 * time.Second), PeakRSSBytes: 70 << 20, CPUNS: int64(3 * time.Second)}
 	d.Runs[2].File.Summary = nil // the newest, still going
 	c := NewCollector(Options{})
-	c.Update(d)
+	c.Update(d, Read{})
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("promlint: %v %+v", err, problems)
 	}
@@ -167,12 +167,61 @@ epwindow_last_trial_timestamp_seconds %s
 	}
 	d.Runs = append(d.Runs, results.HistoryRun{Name: "blind", File: blind},
 		results.HistoryRun{Name: "started", File: &results.File{Header: d.Runs[2].File.Header}})
-	c.Update(d)
+	c.Update(d, Read{})
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want(newest)), "epwindow_expected_run_interval_seconds", "epwindow_last_trial_timestamp_seconds"); err != nil {
 		t.Error(err)
 	}
-	c.Update(results.DriftOf(nil, results.DriftOptions{}))
+	c.Update(results.DriftOf(nil, results.DriftOptions{}), Read{})
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want(since)), "epwindow_expected_run_interval_seconds", "epwindow_last_trial_timestamp_seconds"); err != nil {
 		t.Errorf("an empty history: %v", err)
+	}
+}
+
+// How old the served state is, and what the last read left out: the
+// time of the last read that succeeded (a failed one does not move it, and
+// is counted), the skipped files by reason, every reason present, and the
+// refresh period the alert on a stale state compares the age with.
+func TestCollectorReadHealth(t *testing.T) {
+	c := NewCollector(Options{Refresh: time.Minute})
+	want := func(at string, skipped map[string]int, errs int) string {
+		s := fmt.Sprintf(`
+# HELP epwindow_history_read_errors_total Reads of the history that failed as a whole (its folder missing or unreadable); the metrics stay the last read's.
+# TYPE epwindow_history_read_errors_total counter
+epwindow_history_read_errors_total %d
+# HELP epwindow_history_refresh_interval_seconds How often the history is read again (--refresh), for alerting when the last read is too old.
+# TYPE epwindow_history_refresh_interval_seconds gauge
+epwindow_history_refresh_interval_seconds 60
+`, errs)
+		if at == "" {
+			return s
+		}
+		s += `# HELP epwindow_history_last_read_success_timestamp_seconds When the history was last read whole, in seconds since the epoch: every other metric is as of then.
+# TYPE epwindow_history_last_read_success_timestamp_seconds gauge
+epwindow_history_last_read_success_timestamp_seconds ` + at + `
+# HELP epwindow_history_skipped_files Files of the history the last read skipped, by reason: empty (no header yet), invalid (not a run's results), unreadable, future (started after the read, beyond the tolerance: a wrong clock), duplicate (a copy of a run read once).
+# TYPE epwindow_history_skipped_files gauge
+`
+		for _, r := range []string{"duplicate", "empty", "future", "invalid", "unreadable"} {
+			s += fmt.Sprintf("epwindow_history_skipped_files{reason=%q} %d\n", r, skipped[r])
+		}
+		return s
+	}
+	names := []string{"epwindow_history_read_errors_total", "epwindow_history_refresh_interval_seconds",
+		"epwindow_history_last_read_success_timestamp_seconds", "epwindow_history_skipped_files"}
+	// Before the first read: no read time (a server that never read is
+	// stale by the absence alert's measure, not this one's).
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want("", nil, 0)), names...); err != nil {
+		t.Errorf("before a read: %v", err)
+	}
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	skipped := map[string]int{SkipFuture: 1, SkipDuplicate: 11}
+	c.Update(history(t, 2), Read{At: at, Skipped: skipped})
+	c.ReadFailed()
+	c.ReadFailed()
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(strconv.FormatFloat(float64(at.Unix()), 'g', -1, 64), skipped, 2)), names...); err != nil {
+		t.Errorf("after a read and two failed: %v", err)
+	}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %+v", err, problems)
 	}
 }

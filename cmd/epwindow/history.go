@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,8 +46,12 @@ judged as a scheduled run is: its window pools the newest runs up to --window-tr
 a baseline of the --baseline-trials before them (compare's tests on the window); once a run is
 worse, the baseline stays before that change, so a lasting regression stays reported. 120 trials a
 side catch a +30 s slow mode in 10% of deletions within a few runs of 10 trials (docs/compare.md).
+Files that are not runs (empty, no header, not results), runs that start more than 10 minutes
+after the read (a node's clock is wrong) and copies of a run (the same header) are skipped, each
+named in a warning; a history with no run left is bad input.
 With --serve the history is also served as Prometheus metrics (OpenMetrics) on /metrics, read
-again every --refresh; deploy/monitoring has a PodMonitor and alert rules for them.
+again every --refresh (only the files that changed are parsed again), with the reads' health
+(last read, files skipped); deploy/monitoring has a PodMonitor and alert rules for them.
 Exit codes: 0 judged (or not yet judgeable; with --serve: stopped), 2 bad input, 3 the newest run
 is worse and --fail-on-worse is set.`,
 		Flags: []cli.Flag{
@@ -141,10 +143,16 @@ func historyAction(c *cli.Context, cmd string) error {
 	// Served, a folder may be empty yet: deployed beside a new schedule,
 	// the server starts before the first run has written its file.
 	serving := c.String(flagServe) != ""
-	runs, err := loadHistory(c.Args().Slice(), serving)
+	loader := newHistoryLoader()
+	load, err := loader.load(c.Args().Slice(), serving, time.Now())
 	if err != nil {
 		return cli.Exit("epwindow "+cmd+": "+err.Error(), exitUsage)
 	}
+	warnSkipped(c.App.ErrWriter, cmd, load, nil)
+	if len(load.runs) == 0 && len(load.skipped) > 0 && !serving {
+		return cli.Exit("epwindow "+cmd+": "+noRuns(load).Error(), exitUsage)
+	}
+	runs := load.runs
 	d := results.DriftOf(runs, o)
 	render := results.NewDriftTextReporter(d, textWidth(c, c.App.Writer))
 	switch format {
@@ -163,7 +171,7 @@ func historyAction(c *cli.Context, cmd string) error {
 		return cli.Exit("epwindow "+cmd+": "+err.Error(), exitFailure)
 	}
 	if addr := c.String(flagServe); addr != "" {
-		return serveHistory(c, addr, d, o)
+		return serveHistory(c, addr, d, o, loader, load)
 	}
 	if c.Bool(flagFailOnWorse) && d.Latest.Verdict == results.Worse {
 		return cli.Exit(fmt.Sprintf("epwindow history: %s: the window is worse than its baseline of %d trials", runs[d.Latest.Run].Name, d.Latest.BaselineN), exitThreshold)
@@ -171,38 +179,16 @@ func historyAction(c *cli.Context, cmd string) error {
 	return nil
 }
 
-// loadHistory reads the runs of args (see historyFiles), oldest first.
-func loadHistory(args []string, emptyOK bool) ([]results.HistoryRun, error) {
-	files, err := historyFiles(args, emptyOK)
-	if err != nil {
-		return nil, err
-	}
-	var runs []results.HistoryRun
-	for _, path := range files {
-		file, err := readResults(path, os.Stdin)
-		if err != nil {
-			return nil, err
-		}
-		if file.Header == nil {
-			return nil, fmt.Errorf("%s has no header record: a history needs each run's settings and start (measure's JSON lines)", path)
-		}
-		runs = append(runs, results.HistoryRun{Name: filepath.Base(path), File: file})
-	}
-	slices.SortStableFunc(runs, func(a, b results.HistoryRun) int {
-		if n := a.File.Header.StartedAt.Compare(b.File.Header.StartedAt); n != 0 {
-			return n
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	return runs, nil
-}
-
-// serveHistory serves the metrics of the history (first d) on addr's
-// /metrics until the command's context ends, reading the history again
-// every --refresh; a read that fails is reported and the last state kept.
-func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.DriftOptions) error {
-	coll := monitor.NewCollector(monitor.Options{Documented: c.Duration(flagDocumented), RunEvery: c.Duration(flagExpectEvery), Since: time.Now()})
-	coll.Update(d)
+// serveHistory serves the metrics of the history (first d, read as
+// load) on addr's /metrics until the command's context ends, reading the
+// history again every --refresh with loader, which parses only the files
+// that changed; a read that fails is reported, counted and the last state
+// kept, and a file skipped is warned about once.
+func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.DriftOptions, loader *historyLoader, load *historyLoad) error {
+	refresh := c.Duration(flagRefresh)
+	coll := monitor.NewCollector(monitor.Options{Documented: c.Duration(flagDocumented), RunEvery: c.Duration(flagExpectEvery),
+		Since: time.Now(), Refresh: refresh})
+	coll.Update(d, monitor.Read{At: time.Now(), Skipped: load.skippedBy()})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(coll)
 	mux := http.NewServeMux()
@@ -215,7 +201,7 @@ func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.Drift
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(c.App.ErrWriter, "epwindow history: serving metrics on http://%s/metrics\n", ln.Addr())
-	tick := time.NewTicker(c.Duration(flagRefresh))
+	tick := time.NewTicker(refresh)
 	defer tick.Stop()
 	for {
 		select {
@@ -225,13 +211,16 @@ func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.Drift
 			return srv.Shutdown(ctx)
 		case err := <-served:
 			return cli.Exit("epwindow history: serve: "+err.Error(), exitFailure)
-		case <-tick.C:
-			runs, err := loadHistory(c.Args().Slice(), true)
+		case now := <-tick.C:
+			next, err := loader.load(c.Args().Slice(), true, now)
 			if err != nil {
+				coll.ReadFailed()
 				fmt.Fprintf(c.App.ErrWriter, "epwindow history: read again: %v (serving the last state)\n", err)
 				continue
 			}
-			coll.Update(results.DriftOf(runs, o))
+			warnSkipped(c.App.ErrWriter, "history", next, load)
+			load = next
+			coll.Update(results.DriftOf(load.runs, o), monitor.Read{At: now, Skipped: load.skippedBy()})
 		}
 	}
 }

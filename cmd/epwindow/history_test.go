@@ -23,6 +23,18 @@ import (
 // trial's traffic end later by slow.
 func writeHistoryRun(t *testing.T, dir string, i int, version string, slow time.Duration) {
 	t.Helper()
+	writeRunFile(t, filepath.Join(dir, fmt.Sprintf("run-%03d.jsonl", i)), historyStart.Add(time.Duration(i)*6*time.Hour), version, 0,
+		func(int) time.Duration { return slow })
+}
+
+// historyStart is when the first run of a test history started.
+var historyStart = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// writeRunFile writes testdata's run.jsonl to path as a run started at
+// start on Kubernetes version, its first trials trials (0: all 18), each
+// trial's traffic end later by slow(trial number).
+func writeRunFile(t *testing.T, path string, start time.Time, version string, trials int, slow func(trial int) time.Duration) {
+	t.Helper()
 	data, err := os.ReadFile(testdata("run.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -36,21 +48,26 @@ func writeHistoryRun(t *testing.T, dir string, i int, version string, slow time.
 		switch m["kind"] {
 		case "header":
 			m["server_version"] = version
-			m["started_at"] = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 6 * time.Hour).Format(time.RFC3339)
+			m["started_at"] = start.Format(time.RFC3339Nano)
 		case "trial":
+			n := int(m["trial"].(float64))
+			if trials > 0 && n > trials {
+				continue
+			}
+			d := slow(n)
 			for _, st := range m["stages"].([]any) {
 				s := st.(map[string]any)
 				if n := s["name"]; n == "last_request" || n == "last_accept" {
-					s["offset_ns"] = s["offset_ns"].(float64) + float64(slow)
+					s["offset_ns"] = s["offset_ns"].(float64) + float64(d)
 					at, _ := time.Parse(time.RFC3339Nano, s["at"].(string))
-					s["at"] = at.Add(slow).Format(time.RFC3339Nano)
+					s["at"] = at.Add(d).Format(time.RFC3339Nano)
 				}
 			}
 		}
 		b, _ := json.Marshal(m)
 		out = append(out, string(b))
 	}
-	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("run-%03d.jsonl", i)), []byte(strings.Join(out, "\n")+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(strings.Join(out, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -181,6 +198,40 @@ func TestHistoryServe(t *testing.T) {
 	}
 	writeHistoryRun(t, dir, 8, "v1.37.2", 30*time.Second)
 	scrape(`epwindow_drift_verdict{verdict="worse"} 1`)
+	// A stray file is skipped, counted and warned about once, though the
+	// folder is read every 50 ms.
+	if err := os.WriteFile(filepath.Join(dir, "notes.jsonl"), []byte("rerun after the upgrade\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	body = scrape(`epwindow_history_skipped_files{reason="invalid"} 1`)
+	for _, want := range []string{`epwindow_drift_verdict{verdict="worse"} 1`, "epwindow_history_refresh_interval_seconds 0.05", "epwindow_history_last_read_success_timestamp_seconds "} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	read := regexp.MustCompile(`(?m)^epwindow_history_last_read_success_timestamp_seconds (\S+)`)
+	first := read.FindStringSubmatch(body)
+	for deadline := time.Now().Add(10 * time.Second); ; { // a later read
+		if m := read.FindStringSubmatch(scrape("epwindow_history_runs 9")); first == nil || m == nil || m[1] != first[1] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the history was not read again within 10 s")
+		}
+	}
+	if n := strings.Count(errOut.String(), "notes.jsonl"); n != 1 {
+		t.Errorf("notes.jsonl warned about %d times, want once:\n%s", n, errOut.String())
+	}
+	// The folder gone (a volume unmounted): the reads fail and are
+	// counted, the last state is served, and its read time stays.
+	if err := os.Rename(dir, dir+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	before := read.FindStringSubmatch(scrape("epwindow_history_read_errors_total 1"))
+	body = scrape("epwindow_history_read_errors_total 3")
+	if after := read.FindStringSubmatch(body); before == nil || after == nil || before[1] != after[1] || !strings.Contains(body, `epwindow_drift_verdict{verdict="worse"} 1`) {
+		t.Errorf("with the folder gone the last read's state and time should stay: read at %v then %v\n%s", before, after, body)
+	}
 	cancel()
 	select {
 	case err := <-done:
