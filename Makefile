@@ -203,7 +203,10 @@ test: deps
 # 2,000-Service local cluster: API requests, bytes read from Skipper, RSS
 # and CPU (hack/bench-footprint.sh, about 4 minutes); and what one run of
 # the in-cluster schedule costs from inside its pod: API requests, peak RSS
-# and CPU, its duration (hack/benchschedule, about 3 minutes).
+# and CPU, its duration (hack/benchschedule, about 3 minutes); and what
+# `epwindow history` costs over 500 runs of 10 trials (the schedule's
+# default --keep-runs), against a plain JSON decode of the same files
+# (hack/benchhistory, needs only the build).
 bench: build cluster
 	hack/bench-load.sh
 	hack/bench-probe.sh
@@ -212,6 +215,7 @@ bench: build cluster
 	$(GO) run ./hack/benchclusterip
 	hack/bench-footprint.sh
 	$(GO) run ./hack/benchschedule
+	$(GO) run ./hack/benchhistory -epwindow $(BIN)/epwindow
 
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.

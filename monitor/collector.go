@@ -151,6 +151,15 @@ func (c *Collector) Update(d *results.Drift, r Read) {
 	c.mu.Unlock()
 }
 
+// Reread records a read of the history that found the runs of the last
+// Update unchanged: the metrics stay, the read's time and skipped files
+// are r's.
+func (c *Collector) Reread(r Read) {
+	c.mu.Lock()
+	c.read = r
+	c.mu.Unlock()
+}
+
 // ReadFailed counts a read of the history that failed as a whole; the
 // state stays the last read's, and epwindow_history_last_read_success_timestamp_seconds
 // ages.

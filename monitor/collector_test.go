@@ -224,4 +224,14 @@ epwindow_history_last_read_success_timestamp_seconds ` + at + `
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("promlint: %v %+v", err, problems)
 	}
+	// A read that found the runs unchanged: a new time and skips, the
+	// history's metrics as they were.
+	later, none := at.Add(time.Minute), map[string]int{}
+	c.Reread(Read{At: later, Skipped: none})
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(strconv.FormatFloat(float64(later.Unix()), 'g', -1, 64), none, 2)), names...); err != nil {
+		t.Errorf("after a read of the same runs: %v", err)
+	}
+	if n := testutil.CollectAndCount(c, "epwindow_history_runs"); n != 1 {
+		t.Errorf("after a read of the same runs epwindow_history_runs is exported %d times, want the history kept", n)
+	}
 }

@@ -182,8 +182,9 @@ func historyAction(c *cli.Context, cmd string) error {
 // serveHistory serves the metrics of the history (first d, read as
 // load) on addr's /metrics until the command's context ends, reading the
 // history again every --refresh with loader, which parses only the files
-// that changed; a read that fails is reported, counted and the last state
-// kept, and a file skipped is warned about once.
+// that changed, and judging it again only when its runs changed; a read
+// that fails is reported, counted and the last state kept, and a file
+// skipped is warned about once.
 func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.DriftOptions, loader *historyLoader, load *historyLoad) error {
 	refresh := c.Duration(flagRefresh)
 	coll := monitor.NewCollector(monitor.Options{Documented: c.Duration(flagDocumented), RunEvery: c.Duration(flagExpectEvery),
@@ -219,8 +220,13 @@ func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.Drift
 				continue
 			}
 			warnSkipped(c.App.ErrWriter, "history", next, load)
+			read := monitor.Read{At: now, Skipped: next.skippedBy()}
+			if next.sameRuns(load) {
+				coll.Reread(read)
+			} else {
+				coll.Update(results.DriftOf(next.runs, o), read)
+			}
 			load = next
-			coll.Update(results.DriftOf(load.runs, o), monitor.Read{At: now, Skipped: load.skippedBy()})
 		}
 	}
 }

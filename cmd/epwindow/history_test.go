@@ -33,7 +33,7 @@ var historyStart = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 // writeRunFile writes testdata's run.jsonl to path as a run started at
 // start on Kubernetes version, its first trials trials (0: all 18), each
 // trial's traffic end later by slow(trial number).
-func writeRunFile(t *testing.T, path string, start time.Time, version string, trials int, slow func(trial int) time.Duration) {
+func writeRunFile(t testing.TB, path string, start time.Time, version string, trials int, slow func(trial int) time.Duration) {
 	t.Helper()
 	data, err := os.ReadFile(testdata("run.jsonl"))
 	if err != nil {

@@ -62,6 +62,16 @@ func (l *historyLoad) skippedBy() map[string]int {
 	return n
 }
 
+// sameRuns reports whether l holds the very runs prev held, each the
+// same parse of an unchanged file: prev's judgement stands, and a server
+// that reads every minute need not replay it (a history changes when a
+// run writes, minutes in hours).
+func (l *historyLoad) sameRuns(prev *historyLoad) bool {
+	return prev != nil && slices.EqualFunc(l.runs, prev.runs, func(a, b results.HistoryRun) bool {
+		return a.Name == b.Name && a.File == b.File
+	})
+}
+
 // historyLoader reads a history, again and again under history --serve:
 // it keeps each file it parsed, keyed by path, and parses it again only
 // when its size or modification time changed (a run still going appends

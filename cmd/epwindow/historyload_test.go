@@ -213,6 +213,14 @@ func TestHistoryLoaderCache(t *testing.T) {
 			t.Errorf("%s parsed again though unchanged", first.runs[i].Name)
 		}
 	}
+	// A stray file changes what is skipped, not the runs: the judgement
+	// stands.
+	if err := os.WriteFile(filepath.Join(dir, "notes.jsonl"), []byte("notes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if again, err = hl.load([]string{dir}, false, now); err != nil || !again.sameRuns(first) || len(again.skipped) != 1 {
+		t.Errorf("an unchanged history with a stray file: %v, same runs %v, skipped %v; want the same runs and the file skipped", err, again.sameRuns(first), again.skipped)
+	}
 	// A run still going appends a trial: size and time change.
 	path := filepath.Join(dir, "run-002.jsonl")
 	data, err := os.ReadFile(path)
@@ -232,14 +240,17 @@ func TestHistoryLoaderCache(t *testing.T) {
 	if got := runNames(next); got != "run-001.jsonl run-002.jsonl run-003.jsonl" {
 		t.Fatalf("after a removal and a new run: %s", got)
 	}
+	if next.sameRuns(again) {
+		t.Error("a history with a run gone, one changed and one new holds the same runs, to sameRuns")
+	}
 	if next.runs[0].File != first.runs[1].File {
 		t.Error("run-001.jsonl parsed again though unchanged")
 	}
 	if next.runs[1].File == first.runs[2].File || len(next.runs[1].File.Trials) >= len(first.runs[2].File.Trials) {
 		t.Errorf("run-002.jsonl, changed, not parsed again (%d trials)", len(next.runs[1].File.Trials))
 	}
-	if _, kept := hl.files[filepath.Join(dir, "run-000.jsonl")]; kept || len(hl.files) != 3 {
-		t.Errorf("the loader keeps %d files, want the 3 there (run-000.jsonl gone)", len(hl.files))
+	if _, kept := hl.files[filepath.Join(dir, "run-000.jsonl")]; kept || len(hl.files) != 4 {
+		t.Errorf("the loader keeps %d files, want the 4 there (run-000.jsonl gone)", len(hl.files))
 	}
 }
 
@@ -252,4 +263,33 @@ func runNames(l *historyLoad) string {
 		names = append(names, r.Name)
 	}
 	return strings.Join(names, " ")
+}
+
+// BenchmarkHistoryLoad: reading a history of 500 runs (the default
+// --keep-runs) the first time, and again unchanged as history --serve
+// does every --refresh (its judgement then skipped: sameRuns).
+func BenchmarkHistoryLoad(b *testing.B) {
+	dir := b.TempDir()
+	for i := range 500 {
+		writeRunFile(b, filepath.Join(dir, fmt.Sprintf("run-%03d.jsonl", i)), historyStart.Add(time.Duration(i)*6*time.Hour), "v1.37.2", 10,
+			func(int) time.Duration { return 0 })
+	}
+	now := historyStart.Add(500 * 6 * time.Hour)
+	for _, cached := range []bool{false, true} {
+		b.Run(fmt.Sprint("cached=", cached), func(b *testing.B) {
+			hl := newHistoryLoader()
+			if _, err := hl.load([]string{dir}, false, now); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if !cached {
+					hl = newHistoryLoader()
+				}
+				if _, err := hl.load([]string{dir}, false, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/read")
+		})
+	}
 }
