@@ -14,8 +14,10 @@ import (
 // default hold), and a poll-driven controller's lands in whole seconds.
 var StageBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120}
 
-// Verdicts are the values of the drift verdict's label, one of them 1.
-var Verdicts = []string{"worse", "same", "better", "not_judged"}
+// Verdicts are the values of the drift verdict's label, one of them 1:
+// "suspect" while a screen's finding is confirming (no alarm: the alert
+// is on "worse", a confirmed change).
+var Verdicts = []string{"worse", "suspect", "same", "better", "not_judged"}
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc("epwindow_"+name, help, labels, nil)
@@ -217,7 +219,7 @@ func Metrics(d *results.Drift, o Options) []prometheus.Metric {
 	}
 	verdict := "not_judged"
 	switch l.Verdict {
-	case results.Worse, results.Same, results.Better:
+	case results.Worse, results.Suspect, results.Same, results.Better:
 		verdict = string(l.Verdict)
 	}
 	for _, v := range Verdicts {

@@ -72,6 +72,7 @@ epwindow_documented_prestop_seconds 4
 epwindow_drift_verdict{verdict="better"} 0
 epwindow_drift_verdict{verdict="not_judged"} 0
 epwindow_drift_verdict{verdict="same"} 1
+epwindow_drift_verdict{verdict="suspect"} 0
 epwindow_drift_verdict{verdict="worse"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "epwindow_recommended_prestop_seconds",

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -29,8 +30,19 @@ import (
 // starts afresh.
 
 // Settings are the settings of a run that shape its window, as "name=value"
-// in a fixed order.
+// in a fixed order: what the operator configures (versions, controllers,
+// their flags, the route, the observers and their poll interval,
+// kube-proxy's mode and sync periods, the hold), never what a run happened
+// to observe (observedSetting): runs that differ only in those are pooled.
 type Settings []string
+
+// observedSetting reports whether an observer setting reports what the run saw,
+// not what anybody set: the DNS answers' TTLs ("ttl", the longest one
+// seen, and "ttl_seen", their range when a cache answered with the time
+// its copy had left). A cache makes them differ from run to run; as
+// settings they would make every run its own segment, and nothing would
+// ever be judged.
+func observedSetting(key string) bool { return key == "ttl" || key == "ttl_seen" }
 
 // SettingsOf reads the settings of a run from its header.
 func SettingsOf(h *Header) Settings {
@@ -50,14 +62,24 @@ func SettingsOf(h *Header) Settings {
 	for _, k := range slices.Sorted(maps.Keys(h.Ingress.Settings)) {
 		add("ingress."+k, h.Ingress.Settings[k])
 	}
-	add("route.kind", h.Route.Kind)
+	// Files before the route was recorded were all through an Ingress.
+	add("route.kind", cmp.Or(h.Route.Kind, RouteKindIngress))
 	add("route.controller", h.Route.Controller)
 	add("route.gateway_class", h.Route.GatewayClass)
 	for _, o := range h.Observers {
-		add("observer."+o.Name+".interval", fmtDurIf(o.IntervalNS))
+		// An observer is a setting by itself: one without an interval
+		// (the DNS observer's, in older files) is still named.
+		add("observer."+o.Name, cmp.Or(fmtDurIf(o.IntervalNS), "on"))
 		for _, k := range slices.Sorted(maps.Keys(o.Settings)) {
-			add("observer."+o.Name+"."+k, o.Settings[k])
+			if !observedSetting(k) {
+				add("observer."+o.Name+"."+k, o.Settings[k])
+			}
 		}
+	}
+	if kp := h.KubeProxy; kp != nil {
+		add("kube_proxy.mode", kp.Mode)
+		add("kube_proxy.sync_period", fmtDurIf(kp.SyncPeriodNS))
+		add("kube_proxy.min_sync_period", fmtDurIf(kp.MinSyncPeriodNS))
 	}
 	add("mode", h.Mode)
 	add("hold", fmtDurIf(h.HoldNS))
@@ -117,190 +139,6 @@ func orNone(s string) string {
 type HistoryRun struct {
 	Name string
 	File *File
-}
-
-// DriftOptions size the two sides of a drift comparison.
-type DriftOptions struct {
-	// BaselineTrials is how many trials the baseline pools (default
-	// DefaultBaselineTrials); a run with fewer before it is not judged.
-	BaselineTrials int
-	// WindowTrials is the most trials the window side pools, newest runs
-	// first (default DefaultWindowTrials).
-	WindowTrials int
-	Compare      CompareOptions
-}
-
-// Defaults of DriftOptions: 120 trials a side catch a +30 s slow mode in
-// 10% of deletions 9 times in 10 (docs/compare.md's power table).
-const (
-	DefaultBaselineTrials = 120
-	DefaultWindowTrials   = 120
-)
-
-// Segment is a stretch of runs with one Settings.
-type Segment struct {
-	// First and Last index the history's runs.
-	First, Last int
-	Settings    Settings
-	// Changes are what changed from the previous segment (none for the
-	// first).
-	Changes []string
-}
-
-// RunVerdict is one run's test within its segment.
-type RunVerdict struct {
-	Run int `json:"run"`
-	// Window and Baseline index the runs each side pooled, oldest first;
-	// WindowN and BaselineN count their trials that measured the window.
-	Window    []int `json:"window_runs"`
-	Baseline  []int `json:"baseline_runs"`
-	WindowN   int   `json:"window_n"`
-	BaselineN int   `json:"baseline_n"`
-	// Verdict is the window metric's (NotJudged while the segment has
-	// fewer than BaselineTrials trials before the window: Need says how
-	// many more).
-	Verdict Verdict `json:"verdict"`
-	Need    int     `json:"need,omitempty"`
-	// Frozen is set when the baseline was held before an earlier run
-	// judged worse (ChangeRun).
-	Frozen    bool `json:"frozen,omitempty"`
-	ChangeRun int  `json:"change_run,omitempty"`
-	// The window side's own numbers: the upper bound of the window the
-	// preStop covers (the recommendation's, at the run's quantile and
-	// confidence; 0 without one), the share of deletions it covers, set
-	// BoundFloor when it is only a floor; and the window's median.
-	BoundNS     int64   `json:"bound_ns,omitempty"`
-	BoundCovers float64 `json:"bound_covers,omitempty"`
-	BoundFloor  bool    `json:"bound_floor,omitempty"`
-	WindowP50NS int64   `json:"window_p50_ns,omitempty"`
-}
-
-// Drift is a history's segments and the tests of its newest segment's
-// runs; Latest is the newest run's, with its full comparison.
-type Drift struct {
-	Runs     []HistoryRun
-	Segments []Segment
-	Tests    []RunVerdict
-	Latest   RunVerdict
-	// Comparison is the newest run's window side against its baseline
-	// (nil when not judged).
-	Comparison *Comparison
-}
-
-// DriftOf segments runs (oldest first) and replays the newest segment's
-// tests up to its newest run.
-func DriftOf(runs []HistoryRun, o DriftOptions) *Drift {
-	if o.BaselineTrials <= 0 {
-		o.BaselineTrials = DefaultBaselineTrials
-	}
-	if o.WindowTrials <= 0 {
-		o.WindowTrials = DefaultWindowTrials
-	}
-	d := &Drift{Runs: runs}
-	for i, r := range runs {
-		s := SettingsOf(r.File.Header)
-		if n := len(d.Segments); n > 0 && slices.Equal(d.Segments[n-1].Settings, s) {
-			d.Segments[n-1].Last = i
-			continue
-		}
-		seg := Segment{First: i, Last: i, Settings: s}
-		if n := len(d.Segments); n > 0 {
-			seg.Changes = s.Changes(d.Segments[n-1].Settings)
-		}
-		d.Segments = append(d.Segments, seg)
-	}
-	if len(d.Segments) == 0 {
-		return d
-	}
-	seg := d.Segments[len(d.Segments)-1]
-	// counts[i]: run i's trials that measured the window.
-	counts := make([]int, len(runs))
-	for i := seg.First; i <= seg.Last; i++ {
-		counts[i] = windowTrials(runs[i].File)
-	}
-	// before(i): the trials of the segment's runs before run i.
-	before := func(i int) int {
-		n := 0
-		for k := seg.First; k < i; k++ {
-			n += counts[k]
-		}
-		return n
-	}
-	frozenEnd, changeRun := -1, 0 // once a change is detected: the baseline ends before run frozenEnd
-	var last *Comparison
-	// The newest run with trials: a run that has timed no deletion yet
-	// (a scheduled run just started, or one stopped before its first
-	// trial) carries no evidence, and judging it would blank the bound
-	// and the verdict until its first trial lands.
-	newest := seg.Last
-	for newest > seg.First && counts[newest] == 0 {
-		newest--
-	}
-	for j := seg.First; j <= seg.Last; j++ {
-		if counts[j] == 0 && j != newest {
-			continue
-		}
-		v := RunVerdict{Run: j, Verdict: NotJudged}
-		// The window: run j and the runs before it while they fit in
-		// WindowTrials and leave a whole baseline before them (the first
-		// judgement comes once the segment holds BaselineTrials and one
-		// run more), and never before a detected change.
-		w0 := j
-		v.WindowN = counts[j]
-		for w0-1 >= max(seg.First, frozenEnd) && v.WindowN+counts[w0-1] <= o.WindowTrials &&
-			(frozenEnd >= 0 || before(w0-1) >= o.BaselineTrials) {
-			w0--
-			v.WindowN += counts[w0]
-		}
-		for i := w0; i <= j; i++ {
-			v.Window = append(v.Window, i)
-		}
-		// The baseline: the runs before the window, or before the
-		// detected change, newest first, until it holds BaselineTrials.
-		b1 := w0 - 1
-		if frozenEnd >= 0 {
-			b1 = frozenEnd - 1
-			v.Frozen, v.ChangeRun = true, changeRun
-		}
-		b0 := b1 + 1
-		for b0 > seg.First && v.BaselineN < o.BaselineTrials {
-			b0--
-			v.BaselineN += counts[b0]
-		}
-		for i := b0; i <= b1; i++ {
-			v.Baseline = append(v.Baseline, i)
-		}
-		ws := pooled(runs, v.Window)
-		if r := ws.doc.Recommendation; r != nil {
-			v.BoundNS, v.BoundCovers, v.BoundFloor = r.CoverNS, r.Bound.Covers, r.LowerBound()
-		}
-		if w, ok := ws.Dist(PointWindow); ok {
-			v.WindowP50NS = w.P50NS
-		}
-		last = nil
-		if v.BaselineN < o.BaselineTrials {
-			v.Need = o.BaselineTrials - v.BaselineN
-		} else {
-			c := Compare(pooled(runs, v.Baseline), ws, o.Compare)
-			m, _ := c.Metric(PointWindow)
-			v.Verdict, last = m.Verdict, c
-			if m.Verdict == Worse && frozenEnd < 0 {
-				frozenEnd, changeRun = w0, j
-			}
-		}
-		d.Tests = append(d.Tests, v)
-	}
-	d.Latest, d.Comparison = d.Tests[len(d.Tests)-1], last
-	return d
-}
-
-// WindowSummary is the newest run's window side: its runs pooled and
-// summarised (nil when the history is empty).
-func (d *Drift) WindowSummary() *Summary {
-	if len(d.Tests) == 0 {
-		return nil
-	}
-	return pooled(d.Runs, d.Latest.Window)
 }
 
 // windowTrials counts the trials of f that measured the window.

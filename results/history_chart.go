@@ -132,14 +132,7 @@ func NewDriftMarkdownReporter(d *Drift, chart string) Reporter {
 			e.printf("![The window's upper bound and median per run](%s)\n\n", chart)
 		}
 		e.printf("| | |\n|---|---|\n")
-		drift := l.verdictText()
-		if l.Verdict != NotJudged {
-			drift = fmt.Sprintf("%s: the newest %d trials against the %d before them", l.Verdict, l.WindowN, l.BaselineN)
-			if l.Frozen {
-				drift += fmt.Sprintf(", a baseline held from before the change first seen at %s", d.Runs[l.ChangeRun].Name)
-			}
-		}
-		e.printf("| drift | %s |\n", drift)
+		e.printf("| drift | %s |\n", d.describe(l))
 		if r := d.WindowSummary().doc.Recommendation; r != nil {
 			ge := ""
 			if r.LowerBound() {

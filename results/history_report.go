@@ -24,12 +24,39 @@ func (d *Drift) runSpan(idx []int) string {
 
 // verdictText is a run test's verdict in words.
 func (v RunVerdict) verdictText() string {
-	if v.Verdict == NotJudged && v.Need > 0 {
+	switch {
+	case v.Verdict == NotJudged && v.Need > 0:
 		return fmt.Sprintf("not judged: the baseline needs %d trials more", v.Need)
+	case v.Verdict == NotJudged:
+		return "not judged"
 	}
-	s := string(v.Verdict)
-	if v.Frozen {
-		s += " (baseline held before the change)"
+	return string(v.Verdict)
+}
+
+// describe is a run test's verdict with what it rests on, in words.
+func (d *Drift) describe(v RunVerdict) string {
+	switch v.Verdict {
+	case NotJudged:
+		return v.verdictText()
+	case Suspect:
+		if v.Run == v.ChangeRun {
+			return fmt.Sprintf("suspect: the newest %d trials against %d of the reference; the trials after this run confirm it or clear it", v.WindowN, v.BaselineN)
+		}
+		return fmt.Sprintf("suspect since %s: confirming on the %d trials after it, against %d reference trials the screen did not read", d.Runs[v.ChangeRun].Name, v.WindowN, v.BaselineN)
+	case Worse:
+		s := fmt.Sprintf("worse: seen at %s, confirmed at %s on the trials after it; the baseline (%d trials) held before the change",
+			d.Runs[v.ChangeRun].Name, d.Runs[v.Confirmed].Name, v.BaselineN)
+		if v.ReleaseNeed > 0 {
+			s += fmt.Sprintf(" until %d trials after the confirmation are like it (%d more)", v.WindowN+v.ReleaseNeed, v.ReleaseNeed)
+		}
+		return s
+	}
+	s := fmt.Sprintf("%s: the newest %d trials against %d of the reference", v.Verdict, v.WindowN, v.BaselineN)
+	switch {
+	case v.Cleared:
+		s += fmt.Sprintf("; the suspicion of %s cleared: the trials after it were like the reference", d.Runs[v.ChangeRun].Name)
+	case v.Released:
+		s += "; the held change released: the trials after it are like the baseline again"
 	}
 	return s
 }
@@ -72,10 +99,10 @@ func NewDriftTextReporter(d *Drift, width int) Reporter {
 		}
 		for _, v := range tests {
 			e.printf("  %s: window %d trials of %s; baseline %d trials of %s\n    %s\n",
-				d.Runs[v.Run].Name, v.WindowN, d.runSpan(v.Window), v.BaselineN, d.runSpan(v.Baseline), v.verdictText())
+				d.Runs[v.Run].Name, v.WindowN, d.runSpan(v.Window), v.BaselineN, d.runSpan(v.Baseline), d.describe(v))
 		}
 		l := d.Latest
-		e.printf("\nnewest run %s: window %s\n", d.Runs[l.Run].Name, l.verdictText())
+		e.printf("\nnewest run %s: window %s\n", d.Runs[l.Run].Name, d.describe(l))
 		if d.Comparison == nil {
 			return e.err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -104,9 +105,10 @@ func (r Retention) Expired(names []string, current string, now time.Time) []stri
 }
 
 // Prune removes from dir the run files r drops at now (Expired), never
-// current (a base name in dir), and returns the names it removed. It stops
-// at the first file it cannot remove.
-func (r Retention) Prune(dir, current string, now time.Time) ([]string, error) {
+// current (a base name in dir) nor a name in keep (the runs a judgement
+// rests on: HistoryNeeds), and returns the names it removed. It stops at
+// the first file it cannot remove.
+func (r Retention) Prune(dir, current string, now time.Time, keep ...string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read history folder: %w", err)
@@ -119,10 +121,56 @@ func (r Retention) Prune(dir, current string, now time.Time) ([]string, error) {
 	}
 	var removed []string
 	for _, n := range r.Expired(names, current, now) {
+		if slices.Contains(keep, n) {
+			continue
+		}
 		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return removed, fmt.Errorf("remove expired run: %w", err)
 		}
 		removed = append(removed, n)
 	}
 	return removed, nil
+}
+
+// HistoryNeeds reads the run files of a history folder (RunFileStart
+// names; a file that does not decode, or has no header yet, is no run and
+// is passed over) and returns the runs the drift test at o rests on
+// beyond the newest ones (Drift.Needs): its reference, and a held change's
+// baseline. Retention keeps them, so that pruning old runs never turns a
+// held regression into the baseline, whatever --keep-runs and --keep-for
+// say.
+func HistoryNeeds(dir string, o DriftOptions) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read history folder: %w", err)
+	}
+	var runs []HistoryRun
+	for _, e := range entries {
+		if _, ok := RunFileStart(e.Name()); !ok || !e.Type().IsRegular() {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		file, err := Decode(f)
+		f.Close()
+		if err != nil || file.Header == nil {
+			continue
+		}
+		runs = append(runs, HistoryRun{Name: e.Name(), File: file})
+	}
+	SortRuns(runs)
+	return DriftOf(runs, o).Needs(), nil
+}
+
+// SortRuns orders runs as they started (their headers' StartedAt), equal
+// starts by name.
+func SortRuns(runs []HistoryRun) {
+	slices.SortStableFunc(runs, func(a, b HistoryRun) int {
+		if n := a.File.Header.StartedAt.Compare(b.File.Header.StartedAt); n != 0 {
+			return n
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"gonum.org/v1/gonum/mathext"
 	"gonum.org/v1/gonum/stat"
 )
 
@@ -343,7 +344,9 @@ func quantileLaw(sorted []float64, p float64) []weighted {
 		if f := float64(j+1) / float64(n); f >= 1 {
 			atMost = 1
 		} else {
-			atMost = 1 - BinomialCDF(k-1, n, f)
+			// P(Binomial(n, f) ≥ k) = I_f(k, n−k+1), the regularised
+			// incomplete beta: one continued fraction, not a sum of k terms.
+			atMost = mathext.RegIncBeta(float64(k), float64(n-k+1), f)
 		}
 		if w := atMost - prev; w > 0 {
 			out = append(out, weighted{sorted[j], w})

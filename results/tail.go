@@ -220,9 +220,13 @@ func tailReach(n, m, kmax int) float64 {
 }
 
 // hyperUpperTail is P(X ≥ c) for X ~ Hypergeometric(n, k, m): k draws
-// without replacement from n items of which m are marked. Summed in log
-// space from the log binomials (gonum's combin has no hypergeometric
-// distribution; math.Lgamma is exact enough for n in the thousands).
+// without replacement from n items of which m are marked. The first term
+// from the log binomials (gonum's combin has no hypergeometric
+// distribution; math.Lgamma is exact enough for n in the thousands), the
+// next ones by the ratio of successive terms,
+// pmf(x+1)/pmf(x) = (m−x)(k−x) / ((x+1)(n−m−k+x+1)): one exp a call, not
+// one a term (the drift test makes this call tens of thousands of times
+// a history).
 func hyperUpperTail(n, k, m, c int) float64 {
 	hi := min(k, m)
 	lo := max(c, k-(n-m), 0)
@@ -236,9 +240,20 @@ func hyperUpperTail(n, k, m, c int) float64 {
 		return la - lb - lab
 	}
 	den := logC(n, k)
+	first := logC(m, lo) + logC(n-m, k-lo) - den
 	sum := 0.0
+	if first < -700 {
+		// The first term underflows while later ones may not: one exp a
+		// term, in log space.
+		for x := lo; x <= hi; x++ {
+			sum += math.Exp(logC(m, x) + logC(n-m, k-x) - den)
+		}
+		return min(sum, 1)
+	}
+	term := math.Exp(first)
 	for x := lo; x <= hi; x++ {
-		sum += math.Exp(logC(m, x) + logC(n-m, k-x) - den)
+		sum += term
+		term *= float64((m-x)*(k-x)) / float64((x+1)*(n-m-k+x+1))
 	}
 	return min(sum, 1)
 }

@@ -72,10 +72,12 @@ func writeRunFile(t testing.TB, path string, start time.Time, version string, tr
 	}
 }
 
-// A history of 8 runs of 18 windows each: the newest is judged against
-// the 7 before it (126 trials); made 30 s slower it is worse, and
+// A history of 8 runs of 18 windows each: the first 7 (126 trials) fill
+// the reference, the newest is judged against it. Made 30 s slower it is
+// suspect, not yet worse (the alarm needs a confirmation on the trials
+// after it: 30 of them, two more slow runs); confirmed, it is worse, and
 // --fail-on-worse exits 3. A Kubernetes upgrade starts a new segment whose
-// runs are not judged until its baseline fills.
+// runs are not judged until its reference fills.
 func TestHistory(t *testing.T) {
 	dir := t.TempDir()
 	for i := range 8 {
@@ -87,12 +89,18 @@ func TestHistory(t *testing.T) {
 	}
 	writeHistoryRun(t, dir, 8, "v1.37.2", 30*time.Second)
 	out, err = runApp(t, "history", "--fail-on-worse", dir)
-	if code := exitCode(err); code != exitThreshold || !strings.Contains(out, "newest run run-008.jsonl: window worse") || !strings.Contains(out, "window: worse") {
-		t.Errorf("history with a slow newest run: exit %d (%v), want %d and the window worse\n%s", code, err, exitThreshold, out)
+	if err != nil || !strings.Contains(out, "newest run run-008.jsonl: window suspect: the newest 36 trials against 72 of the reference") {
+		t.Errorf("history with one slow run: %v, want it suspect and exit 0\n%s", err, out)
 	}
-	writeHistoryRun(t, dir, 9, "v1.38.0", 0)
+	writeHistoryRun(t, dir, 9, "v1.37.2", 30*time.Second)
+	writeHistoryRun(t, dir, 10, "v1.37.2", 30*time.Second)
 	out, err = runApp(t, "history", "--fail-on-worse", dir)
-	if err != nil || !strings.Contains(out, "changed: kubernetes: v1.37.2 → v1.38.0") || !strings.Contains(out, "not judged: the baseline needs 120 trials more") {
+	if code := exitCode(err); code != exitThreshold || !strings.Contains(out, "newest run run-010.jsonl: window worse: seen at run-008.jsonl, confirmed at run-010.jsonl") || !strings.Contains(out, "window: worse") {
+		t.Errorf("history with three slow runs: exit %d (%v), want %d and the window worse\n%s", code, err, exitThreshold, out)
+	}
+	writeHistoryRun(t, dir, 11, "v1.38.0", 0)
+	out, err = runApp(t, "history", "--fail-on-worse", dir)
+	if err != nil || !strings.Contains(out, "changed: kubernetes: v1.37.2 → v1.38.0") || !strings.Contains(out, "not judged: the baseline needs 102 trials more") {
 		t.Errorf("history after an upgrade: %v, want the change named and the newest run not judged\n%s", err, out)
 	}
 }
@@ -197,6 +205,9 @@ func TestHistoryServe(t *testing.T) {
 		}
 	}
 	writeHistoryRun(t, dir, 8, "v1.37.2", 30*time.Second)
+	scrape(`epwindow_drift_verdict{verdict="suspect"} 1`)
+	writeHistoryRun(t, dir, 9, "v1.37.2", 30*time.Second)
+	writeHistoryRun(t, dir, 10, "v1.37.2", 30*time.Second)
 	scrape(`epwindow_drift_verdict{verdict="worse"} 1`)
 	// A stray file is skipped, counted and warned about once, though the
 	// folder is read every 50 ms.
@@ -212,7 +223,7 @@ func TestHistoryServe(t *testing.T) {
 	read := regexp.MustCompile(`(?m)^epwindow_history_last_read_success_timestamp_seconds (\S+)`)
 	first := read.FindStringSubmatch(body)
 	for deadline := time.Now().Add(10 * time.Second); ; { // a later read
-		if m := read.FindStringSubmatch(scrape("epwindow_history_runs 9")); first == nil || m == nil || m[1] != first[1] {
+		if m := read.FindStringSubmatch(scrape("epwindow_history_runs 11")); first == nil || m == nil || m[1] != first[1] {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -258,7 +269,7 @@ func TestHistoryMarkdownChart(t *testing.T) {
 			t.Fatalf("%s --format markdown: %v", cmd, err)
 		}
 		for _, want := range []string{"## Propagation window over time", "![The window's upper bound and median per run](" + chart + ")",
-			"| drift | same: the newest 18 trials against the 126 before them |", "| preStop | "} {
+			"| drift | same: the newest 18 trials against 72 of the reference |", "| preStop | "} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s markdown lacks %q:\n%s", cmd, want, out)
 			}

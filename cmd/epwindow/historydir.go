@@ -28,6 +28,8 @@ func historyFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagHistoryDir, Usage: "write the results into this existing folder as run-<start>.jsonl (instead of --out), where epwindow history reads a history; with --keep-runs and --keep-for, older runs there are removed as this one starts", Category: "Output"},
 		&cli.IntFlag{Name: flagKeepRuns, Usage: "with --history: keep the newest this many runs there, this one included (0: any number)", Category: "Output"},
 		&cli.DurationFlag{Name: flagKeepFor, Usage: "with --history: remove runs there that started longer ago than this (0: any age)", Category: "Output"},
+		&cli.IntFlag{Name: flagBaselineTrials, Value: results.DefaultBaselineTrials, Usage: "with --history: the baseline size of the history's drift test (as history's): retention keeps the runs its judgement rests on", Category: "Output"},
+		&cli.IntFlag{Name: flagWindowTrials, Value: results.DefaultWindowTrials, Usage: "with --history: the window size of the history's drift test (as history's)", Category: "Output"},
 	}
 }
 
@@ -36,6 +38,9 @@ func historyFlags() []cli.Flag {
 type historyDir struct {
 	dir  string
 	keep results.Retention
+	// drift sizes the history's drift test, whose reference and held
+	// baseline the retention keeps.
+	drift results.DriftOptions
 }
 
 // historyConfig reads --history and the retention flags; nil without
@@ -43,14 +48,23 @@ type historyDir struct {
 // cluster: it must exist, be a folder, and take a new file.
 func historyConfig(c *cli.Context) (*historyDir, error) {
 	h := &historyDir{
-		dir:  c.String(flagHistoryDir),
-		keep: results.Retention{KeepRuns: c.Int(flagKeepRuns), KeepFor: c.Duration(flagKeepFor)},
+		dir:   c.String(flagHistoryDir),
+		keep:  results.Retention{KeepRuns: c.Int(flagKeepRuns), KeepFor: c.Duration(flagKeepFor)},
+		drift: results.DriftOptions{BaselineTrials: c.Int(flagBaselineTrials), WindowTrials: c.Int(flagWindowTrials)},
 	}
 	if err := h.keep.Validate(flagKeepRuns, flagKeepFor); err != nil {
 		return nil, err
 	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{flagBaselineTrials, h.drift.BaselineTrials}, {flagWindowTrials, h.drift.WindowTrials}} {
+		if f.v < 1 {
+			return nil, fmt.Errorf("--%s %d: want a positive number of trials", f.name, f.v)
+		}
+	}
 	if h.dir == "" {
-		for _, f := range []string{flagKeepRuns, flagKeepFor} {
+		for _, f := range []string{flagKeepRuns, flagKeepFor, flagBaselineTrials, flagWindowTrials} {
 			if c.IsSet(f) {
 				return nil, fmt.Errorf("--%s needs --%s (the folder whose runs it keeps)", f, flagHistoryDir)
 			}
@@ -95,12 +109,18 @@ func (h *historyDir) path(start time.Time) string {
 }
 
 // prune applies the retention to the folder, never to current (the
-// run's own file), and returns the names it removed.
+// run's own file) nor to the runs the drift test's judgement rests on
+// (its reference and a held change's baseline: pruned, a replay would take
+// a held regression for the baseline), and returns the names it removed.
 func (h *historyDir) prune(current string, now time.Time) ([]string, error) {
 	if h.keep == (results.Retention{}) {
 		return nil, nil
 	}
-	removed, err := h.keep.Prune(h.dir, filepath.Base(current), now)
+	needs, err := results.HistoryNeeds(h.dir, h.drift)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", flagHistoryDir, h.dir, err)
+	}
+	removed, err := h.keep.Prune(h.dir, filepath.Base(current), now, needs...)
 	if err != nil {
 		return removed, fmt.Errorf("--%s %s: %w", flagHistoryDir, h.dir, err)
 	}

@@ -303,6 +303,13 @@ func scheduleParams(c *cli.Context) (deploy.ScheduleParams, error) {
 			sizes[i] = n
 		}
 	}
+	// measure's retention keeps what the server's drift test rests on:
+	// the same sizes.
+	for i, f := range []string{flagBaselineTrials, flagWindowTrials} {
+		if sizes[i] > 0 {
+			args = append(args, fmt.Sprintf("--%s=%d", f, sizes[i]))
+		}
+	}
 	return deploy.ScheduleParams{
 		Namespace:         ns,
 		Schedule:          c.String(flagSchedule),
@@ -354,6 +361,7 @@ func givenWorkloadArgs(c *cli.Context) ([]string, error) {
 func checkPassedArgs(args []string) error {
 	owned := map[string]string{
 		measure.FlagTrials: "give it before --", flagKeepRuns: "give it before --", flagKeepFor: "give it before --",
+		flagBaselineTrials: "give it before --", flagWindowTrials: "give it before --",
 		flagHistoryDir: "the schedule mounts its volume there", measure.FlagOut: "the run writes into the history volume",
 	}
 	for _, f := range workloadFlags() {
