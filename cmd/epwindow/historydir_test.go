@@ -30,7 +30,7 @@ func TestHistoryConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.dir != dir || h.keep != (results.Retention{KeepRuns: 30, KeepFor: 720 * time.Hour}) {
+	if h.dir != dir || h.keep != (results.Retention{KeepRuns: 30, KeepFor: 720 * time.Hour}) || h.drift.BaselineTrials != results.DefaultBaselineTrials {
 		t.Errorf("history = %+v", h)
 	}
 	if h, err := parseHistory(t); h != nil || err != nil {
@@ -52,6 +52,8 @@ func TestHistoryConfig(t *testing.T) {
 		{[]string{"--keep-for", "24h"}, []string{"--keep-for needs --history"}},
 		{[]string{"--history", dir, "--keep-runs", "-1"}, []string{"--keep-runs"}},
 		{[]string{"--history", dir, "--keep-for", "-1h"}, []string{"--keep-for"}},
+		{[]string{"--baseline-trials", "40"}, []string{"--baseline-trials needs --history"}},
+		{[]string{"--history", dir, "--window-trials", "0"}, []string{"--window-trials 0"}},
 	}
 	for _, tt := range bad {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

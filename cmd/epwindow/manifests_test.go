@@ -294,9 +294,11 @@ func TestManifestsSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both the metrics server and measure's retention (which keeps the
+	// runs the drift test rests on) get them.
 	for _, want := range []string{"- --baseline-trials=40", "- --window-trials=20"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the history server's command lacks %q:\n%s", want, out)
+		if n := strings.Count(out, want); n != 2 {
+			t.Errorf("%q in %d commands, want the history server's and measure's:\n%s", want, n, out)
 		}
 	}
 }
