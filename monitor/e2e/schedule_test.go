@@ -54,35 +54,45 @@ func TestMain(m *testing.M) {
 // the alert's value below), above every window seen here with no change
 // (under 4 s: Skipper's 3 s poll, the slice update, the request in flight).
 //
-// The metrics server's drift test pools driftTrials a side (the flags
-// manifests --schedule passes to history --serve): each run is judged
-// against the one before it. What the two rules then predict, from the
-// tests' exact sizes (results' tail test: k new windows all above the n
-// baseline ones has p = 1/C(n+k, k); at n = 5 the window's level is first
-// reached at k = 4, p = 1/126):
+// The metrics server's drift test (the flags manifests --schedule passes
+// to history --serve): a reference of baselineTrials (the first two runs),
+// blocks of windowTrials (one run each). What the two rules then predict,
+// from the tests' exact sizes (results' tail test: k new windows all above
+// the n reference ones has p = 1/C(n+k, k); no quantile is judged at these
+// sizes, so the tail test runs at the window's whole level, 2.5%; the
+// reference is split by runs into the screen's half and the
+// confirmation's):
 //
-//   - No change (runs 1 and 2): run 2 is judged against run 1 and called
-//     worse only if, by chance, 4 of its windows lie above all 5 of run 1's:
-//     1/126 as its fourth trial lands, 1/252 more at its fifth, under 1.2%
-//     in all; the bound, the largest of 5 windows under 4 s, stays under
-//     documented, and so does the recommended preStop (the bound plus 1 s
-//     of margin, rounded up: at most 5 s). Neither alert may go pending.
-//   - The slow mode, from run 3 (the first run started after the webhook):
+//   - No change (runs 1–3): runs 1 and 2 fill the reference; run 3 is
+//     screened against run 1 and called suspect only if, by chance, 4 of
+//     its windows lie above all 5 of run 1's: 1/126 as its fourth trial
+//     lands, 1/252 more at its fifth, under 1.2% in all; nothing can be
+//     worse before a confirmation on later runs. Run 3, like the
+//     reference at 20%, joins it: the screen's half is then runs 1 and 3
+//     (10 trials), the confirmation's run 2 (5). The bound, the largest of
+//     the newest windows, under 4 s, stays under documented, and so does
+//     the recommended preStop (the bound plus 1 s of margin, rounded up:
+//     at most 5 s). Neither alert may go pending.
+//   - The slow mode, from run 4 (the first run started after the webhook):
 //     EpwindowWindowExceedsDocumentedPreStop goes pending with its first
 //     trial (the bound is at least the largest window, the recommendation
-//     above the bound); EpwindowWindowWorse
-//     with its fourth (every slowed window above every one of run 2's: the
-//     power is 1). Both within that run; each fires after its `for: 1m`.
-//     An alert that went pending only in a later run, or not at all, fails.
+//     above the bound). Run 4 is suspect once its windows lie above the
+//     screen half's 10 (p = 1/3003 at its fifth), and run 5 confirms it
+//     against run 2 at its fifth trial (the confirmation's last look, at a
+//     quarter of 2.5%: p = 1/252 = 0.4%): EpwindowWindowWorse goes pending
+//     within the second run after the slow mode (the power is 1). Each
+//     fires after its `for: 1m`. An alert that went pending later, or not
+//     at all, fails.
 //
 // The test waits on the CronJob's minute: the first run comes at the first
 // minute boundary after the schedule is applied, then one a minute, and the
-// rules' minute follows the third: about 5 minutes.
+// rules' minute follows the fifth: about 7 minutes.
 const (
-	runTrials   = 5
-	driftTrials = 5
-	documented  = 6 * time.Second
-	slowWrite   = 9 * time.Second
+	runTrials      = 5
+	baselineTrials = 10
+	windowTrials   = 5
+	documented     = 6 * time.Second
+	slowWrite      = 9 * time.Second
 )
 
 const (
@@ -96,7 +106,7 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	out, err := exec.Command(bin, "manifests", "--schedule", "* * * * *", "--namespace", ns,
 		"--trials", strconv.Itoa(runTrials), "--ingress-class", "skipper", "--image", "epwindow:latest",
 		"--keep-runs", "0", "--keep-for", "0", "--documented-prestop", documented.String(), "--metrics-refresh", "2s",
-		"--baseline-trials", strconv.Itoa(driftTrials), "--window-trials", strconv.Itoa(driftTrials),
+		"--baseline-trials", strconv.Itoa(baselineTrials), "--window-trials", strconv.Itoa(windowTrials),
 		"--", "--url", cluster.IngressInClusterURL, "--observer", "none").Output()
 	if err != nil {
 		t.Fatalf("epwindow manifests --schedule: %v", err)
@@ -111,12 +121,12 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	// at its pod address, as a PodMonitor makes it.
 	prom := prometheus(t, historyServer(t, ns))
 
-	// No change: two whole runs, the second judged against the first;
-	// neither alert ever pending.
-	deadline := time.Now().Add(4 * time.Minute)
-	for succeeded(t, ns) < 2 {
+	// No change: three whole runs, the third judged against the
+	// reference the first two make; neither alert ever pending.
+	deadline := time.Now().Add(5 * time.Minute)
+	for succeeded(t, ns) < 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("two scheduled runs did not succeed in 4 min; runs: %v", runFiles(t, dir))
+			t.Fatalf("three scheduled runs did not succeed in 5 min; runs: %v", runFiles(t, dir))
 		}
 		time.Sleep(2 * time.Second)
 		for _, name := range []string{boundAlert, driftAlert} {
@@ -130,12 +140,12 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 		t.Fatalf("after runs with no change, epwindow_window_bound_seconds = %v (%v), want a bound under the documented %s", bound, err, documented)
 	}
 	if same, err := scalar(prom, `epwindow_drift_verdict{verdict="same"}`); err != nil || same != 1 {
-		t.Fatalf("the second run with no change is not judged the same as the first (verdict same = %v, %v)", same, err)
+		t.Fatalf("the third run with no change is not judged the same as the reference (verdict same = %v, %v)", same, err)
 	}
-	if n, err := scalar(prom, "epwindow_baseline_trials"); err != nil || n != driftTrials {
-		t.Errorf("epwindow_baseline_trials = %v (%v), want the %d of --baseline-trials", n, err, driftTrials)
+	if n, err := scalar(prom, "epwindow_baseline_trials"); err != nil || n != baselineTrials/2 {
+		t.Errorf("epwindow_baseline_trials = %v (%v), want the screen's half of the %d-trial reference", n, err, baselineTrials)
 	}
-	t.Logf("no change: runs of %d trials, bound %.3fs under the documented %s, the second run judged the same as the first, no alert", runTrials, bound, documented)
+	t.Logf("no change: runs of %d trials, bound %.3fs under the documented %s, the third run judged the same as the reference, no alert", runTrials, bound, documented)
 	// The run's own cost, from its summary: what it asked of the API
 	// server, and a peak RSS within the CronJob's memory limit (256Mi,
 	// deploy/schedule/cronjob.yaml), which a real kubelet enforces.
@@ -149,12 +159,12 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	// The slow mode.
 	calls := slowWebhook(t, ns, slowWrite)
 	injected := time.Now()
-	deadline = injected.Add(6 * time.Minute)
+	deadline = injected.Add(7 * time.Minute)
 	pendingRuns := map[string]int{}
 	fired := map[string]*alert{}
 	for len(fired) < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("within 6 min of the slow mode (%d slowed writes) only %v fired; runs: %v", calls.Load(), fired, runFiles(t, dir))
+			t.Fatalf("within 7 min of the slow mode (%d slowed writes) only %v fired; runs: %v", calls.Load(), fired, runFiles(t, dir))
 		}
 		time.Sleep(2 * time.Second)
 		for _, name := range []string{boundAlert, driftAlert} {
@@ -174,10 +184,10 @@ func TestScheduledRunsAlertOnASlowMode(t *testing.T) {
 	}
 	// A run that started before the webhook (the CronJob starts a run due
 	// while the previous one was still going as soon as it ends) may go
-	// pending already: 0 runs since is early, not late.
-	for name, runs := range pendingRuns {
-		if runs > 1 {
-			t.Errorf("%s went pending with %d runs started since the slow mode, want within the first", name, runs)
+	// pending already: fewer runs since is early, not late.
+	for name, within := range map[string]int{boundAlert: 1, driftAlert: 2} {
+		if runs := pendingRuns[name]; runs > within {
+			t.Errorf("%s went pending with %d runs started since the slow mode, want within %d", name, runs, within)
 		}
 	}
 	// The bound alert's value is the preStop the slowed run recommends,
