@@ -9,9 +9,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/epwindow/epwindow/monitor"
 	"github.com/epwindow/epwindow/results"
@@ -81,13 +84,14 @@ type historyLoader struct {
 }
 
 // parsedFile is what a file held when it was parsed: a run and its
-// identity, or why it is not one.
+// identity, or why it is not one; gone when it was removed since listed.
 type parsedFile struct {
 	size  int64
 	mtime time.Time
 	file  *results.File
 	id    string
 	skip  *historySkip
+	gone  bool
 }
 
 func newHistoryLoader() *historyLoader {
@@ -112,9 +116,9 @@ func (hl *historyLoader) load(args []string, emptyOK bool, now time.Time) (*hist
 		path string
 	}
 	byID := map[string]kept{}
-	for _, path := range files {
-		p, ok := hl.parse(path)
-		if !ok {
+	for i, p := range hl.parseAll(files) {
+		path := files[i]
+		if p.gone {
 			continue // removed since listed (retention)
 		}
 		seen[path] = true
@@ -172,26 +176,48 @@ func b2i(b bool) int {
 	return 0
 }
 
-// parse is path's content, from the last parse while its size and
-// modification time are unchanged; ok is false when the file is gone.
-func (hl *historyLoader) parse(path string) (p parsedFile, ok bool) {
-	unreadable := func(err error) (parsedFile, bool) {
-		// Not kept: a permission may come back.
-		return parsedFile{skip: &historySkip{path: path, reason: monitor.SkipUnreadable, detail: err.Error()}}, true
+// parseAll is the content of each of files, from the last parse while
+// a file's size and modification time are unchanged; the others are
+// parsed side by side, a file per core (a first read of a 500-run history
+// is JSON decoding), and kept for the next read.
+func (hl *historyLoader) parseAll(files []string) []parsedFile {
+	ps := make([]parsedFile, len(files))
+	fresh := make([]bool, len(files))
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, path := range files {
+		g.Go(func() error {
+			ps[i], fresh[i] = hl.parse(path)
+			return nil
+		})
 	}
+	g.Wait() // parse reports a file's problem in it, not as an error
+	for i, path := range files {
+		if fresh[i] {
+			hl.files[path] = ps[i]
+		}
+	}
+	return ps
+}
+
+// parse is path's content, from the last parse while its size and
+// modification time are unchanged; fresh is set when it was parsed now
+// and is to be kept. It only reads the loader's files.
+func (hl *historyLoader) parse(path string) (p parsedFile, fresh bool) {
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return parsedFile{}, false
+		return parsedFile{gone: true}, false
+	}
+	var data []byte
+	if err == nil {
+		if p, ok := hl.files[path]; ok && p.size == st.Size() && p.mtime.Equal(st.ModTime()) {
+			return p, false
+		}
+		data, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return unreadable(err)
-	}
-	if p, ok := hl.files[path]; ok && p.size == st.Size() && p.mtime.Equal(st.ModTime()) {
-		return p, true
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return unreadable(err)
+		// Not kept: a permission may come back.
+		return parsedFile{skip: &historySkip{path: path, reason: monitor.SkipUnreadable, detail: err.Error()}}, false
 	}
 	p = parsedFile{size: st.Size(), mtime: st.ModTime()}
 	if p.file, err = decodeRun(data); err == nil {
@@ -203,7 +229,6 @@ func (hl *historyLoader) parse(path string) (p parsedFile, ok bool) {
 	case err != nil:
 		p.skip = &historySkip{path: path, reason: monitor.SkipInvalid, detail: err.Error()}
 	}
-	hl.files[path] = p
 	return p, true
 }
 
