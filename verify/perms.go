@@ -13,9 +13,11 @@ import (
 // Permissions lists what verify needs with cfg, verb by verb: on the team's
 // namespace (ScopeFixed, cfg.Namespace) and, for the self-test, in the
 // namespace it creates (ScopeRun). The route check also reads HTTPRoutes
-// in the namespace, and Ingresses and HTTPRoutes in every namespace to
-// find a more specific route there and to name where a wrong --host leads,
-// when allowed; those are not required.
+// in the namespace when allowed, and Ingresses and HTTPRoutes in every
+// namespace to find a more specific route there and to name where a wrong
+// --host leads: not listed here, since which kind it needs is known only
+// from the route found (HTTPRoutes may not even be installed); checkRoute
+// names the one it lacks (unreadContenders).
 func Permissions(cfg Config) []deploy.Perm {
 	fixed := func(group, resource, sub, why string, verbs ...string) []deploy.Perm {
 		var out []deploy.Perm

@@ -44,7 +44,8 @@ type Report struct {
 	// AllowExitCodes are the non-zero exits that do not fail the gate.
 	AllowExitCodes []int32 `json:"allow_exit_codes,omitempty"`
 	// RouteCheck says how the route of --host/--path was checked to lead
-	// to the Deployment's pods, or that it was not (--route-check=false).
+	// to the Deployment's pods, or that it was not: --route-check=false, or
+	// (with an error naming the permission) routes elsewhere unreadable.
 	RouteCheck string `json:"route_check,omitempty"`
 	// Requested is --rollouts: how many rollouts the run was to see.
 	Requested int `json:"rollouts_requested"`

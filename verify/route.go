@@ -246,29 +246,37 @@ func (c Config) routeHost() string {
 // the Service it sends to, and checks that the Service selects the
 // Deployment's pods: a wrong --host that lands on another backend
 // answering 2xx would otherwise pass every rollout while testing nothing.
-// It reads the Deployment's namespace and, if allowed, every namespace:
-// a more specific route elsewhere on the same controller takes the request
-// (contenders), and a wrong route is named where it leads. It returns what
-// the report says of the route.
+// It reads the Deployment's namespace and every namespace: a more specific
+// route elsewhere on the same controller takes the request (contenders),
+// and a wrong route is named where it leads. It returns what the report
+// says of the route. When routes of the kind that routes --host may not be
+// listed in every namespace, the check cannot be made: a *MissingError
+// (exit 5, nothing changed) naming the permission, and "not checked".
 func (r *runner) checkRoute(ctx context.Context, d *appsv1.Deployment) (string, error) {
 	cfg := r.cfg
 	host, path := cfg.routeHost(), cfg.URL.Path
 	if path == "" {
 		path = "/"
 	}
-	own, err := r.routeBackends(ctx, d.Namespace, host, path)
+	own, _, err := r.routeBackends(ctx, d.Namespace, host, path)
 	if err != nil {
 		return "", err
 	}
-	// Other namespaces' routes, when they may be read: where a wrong route
-	// leads, or a more specific one that wins.
+	// Other namespaces' routes: where a wrong route leads, or a more
+	// specific one that wins.
+	all, unread, err := r.routeBackends(ctx, metav1.NamespaceAll, host, path)
+	if err != nil {
+		return "", err
+	}
 	var others []backend
-	if all, err := r.routeBackends(ctx, metav1.NamespaceAll, host, path); err == nil {
-		for _, b := range all {
-			if b.RouteNS != d.Namespace {
-				others = append(others, b)
-			}
+	for _, b := range all {
+		if b.RouteNS != d.Namespace {
+			others = append(others, b)
 		}
+	}
+	if missing := unreadContenders(own, unread); len(missing) > 0 {
+		return fmt.Sprintf("not checked: a more specific route in another namespace could not be looked for (%s)", missing[0]),
+			&MissingError{Missing: missing}
 	}
 	found := contenders(own, others)
 	if len(found) == 0 {
@@ -302,6 +310,46 @@ func (r *runner) checkRoute(ctx context.Context, d *appsv1.Deployment) (string, 
 		host, path, strings.Join(leads, "; "), d.Namespace, d.Name, podLabels, FlagHost, FlagPath, FlagRouteCheck)
 }
 
+// unreadable says which kinds of route a list was refused (RBAC) for.
+type unreadable struct{ ingresses, httproutes bool }
+
+// unreadContenders are the permissions the route check lacks to find every
+// contender of own's best matches in other namespaces: list, at cluster
+// scope, of the kind of route (Ingress or HTTPRoute) of one of them; the
+// other kind is another controller's and cannot take the request. Without
+// a match in own there is nothing to beat: none.
+func unreadContenders(own []backend, unread unreadable) []deploy.Perm {
+	var ingresses, httproutes bool
+	for _, b := range own {
+		if b.score != own[0].score {
+			break
+		}
+		ingresses = ingresses || !b.gateway && unread.ingresses
+		httproutes = httproutes || b.gateway && unread.httproutes
+	}
+	var out []deploy.Perm
+	if ingresses {
+		out = append(out, clusterRouteList("networking.k8s.io", "ingresses"))
+	}
+	if httproutes {
+		out = append(out, clusterRouteList(deploy.HTTPRouteResource.Group, deploy.HTTPRouteResource.Resource))
+	}
+	return out
+}
+
+// clusterRouteList is the permission to list routes of group/resource in
+// every namespace, with how to grant it (or do without the check).
+func clusterRouteList(group, resource string) deploy.Perm {
+	gr := resource + "." + group
+	role := "epwindow-verify-" + resource
+	return deploy.Perm{Verb: "list", Group: group, Resource: resource, Scope: deploy.ScopeCluster, Why: fmt.Sprintf(
+		"needed at cluster scope (every namespace) by the route check, to find a more specific %[1]s in another namespace that would take --%[2]s's requests: "+
+			"it could not be looked for, so the route is not checked. Grant it: "+
+			"kubectl create clusterrole %[3]s --verb=list --resource=%[1]s && kubectl create clusterrolebinding %[3]s --clusterrole=%[3]s --user=USER (or --serviceaccount=NS:NAME); "+
+			"or pass --%[4]s=false and check the route yourself",
+		gr, FlagHost, role, FlagRouteCheck)}
+}
+
 // contenders are the matches the controller chooses among for the request,
 // best first: those of own (the Deployment's namespace) with the best
 // score, and every match of another namespace served by the same controller
@@ -330,18 +378,25 @@ func contenders(own, others []backend) []backend {
 }
 
 // routeBackends lists the matching backends of every Ingress and HTTPRoute
-// in ns (all namespaces: metav1.NamespaceAll), best first. HTTPRoutes are
-// read when Config.Dynamic is set and the Gateway API is installed and
-// readable.
-func (r *runner) routeBackends(ctx context.Context, ns, host, path string) ([]backend, error) {
+// in ns (all namespaces: metav1.NamespaceAll), best first, and which kinds
+// could not be listed for want of a permission: HTTPRoutes anywhere,
+// Ingresses in all namespaces (in ns they are a required permission).
+// HTTPRoutes are read when Config.Dynamic is set and the Gateway API is
+// installed.
+func (r *runner) routeBackends(ctx context.Context, ns, host, path string) ([]backend, unreadable, error) {
 	cfg := r.cfg
-	ings, err := cfg.Client.NetworkingV1().Ingresses(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list ingresses in %q to check the route (or --%s=false): %w", ns, FlagRouteCheck, err)
-	}
 	var out []backend
-	for i := range ings.Items {
-		out = append(out, ingressBackends(&ings.Items[i], host, path)...)
+	var unread unreadable
+	ings, err := cfg.Client.NetworkingV1().Ingresses(ns).List(ctx, metav1.ListOptions{})
+	switch {
+	case err == nil:
+		for i := range ings.Items {
+			out = append(out, ingressBackends(&ings.Items[i], host, path)...)
+		}
+	case apierrors.IsForbidden(err) && ns == metav1.NamespaceAll:
+		unread.ingresses = true
+	default:
+		return nil, unread, fmt.Errorf("list ingresses in %q to check the route (or --%s=false): %w", ns, FlagRouteCheck, err)
 	}
 	if cfg.Dynamic != nil {
 		routes, err := cfg.Dynamic.Resource(deploy.HTTPRouteResource).Namespace(ns).List(ctx, metav1.ListOptions{})
@@ -350,13 +405,15 @@ func (r *runner) routeBackends(ctx context.Context, ns, host, path string) ([]ba
 			for i := range routes.Items {
 				out = append(out, httpRouteBackends(&routes.Items[i], host, path)...)
 			}
-		case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
-			// No Gateway API here, or not ours to read: Ingresses only.
+		case apierrors.IsNotFound(err):
+			// No Gateway API here: Ingresses only.
+		case apierrors.IsForbidden(err):
+			unread.httproutes = true
 		default:
-			return nil, fmt.Errorf("list httproutes in %q to check the route (or --%s=false): %w", ns, FlagRouteCheck, err)
+			return nil, unread, fmt.Errorf("list httproutes in %q to check the route (or --%s=false): %w", ns, FlagRouteCheck, err)
 		}
 	}
 	// Best first; stable, so equal scores keep the API's order.
 	sort.SliceStable(out, func(i, j int) bool { return out[i].score > out[j].score })
-	return out, nil
+	return out, unread, nil
 }

@@ -6,16 +6,20 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/epwindow/epwindow/deploy"
 )
@@ -206,5 +210,124 @@ func TestCheckRoutePrecedence(t *testing.T) {
 				t.Errorf("%q lacks %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCheckRouteForbiddenElsewhere: when routes in other namespaces may not
+// be listed, a more specific route there cannot be looked for, so the check
+// is not done: it must refuse (a missing permission, exit 5, nothing
+// changed) and name the permission, its scope and how to grant it, never
+// pass as if checked. Routes of a kind that cannot compete with the
+// Deployment's own route need no permission.
+func TestCheckRouteForbiddenElsewhere(t *testing.T) {
+	web := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}}}}}
+	// Everywhere but in the namespace: what a RoleBinding in shop grants.
+	forbidElsewhere := func(gr schema.GroupResource) k8stesting.ReactionFunc {
+		return func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetNamespace() != metav1.NamespaceAll {
+				return false, nil, nil
+			}
+			return true, nil, apierrors.NewForbidden(gr, "", errors.New(`User "ci" cannot list resource at the cluster scope`))
+		}
+	}
+	ingresses := schema.GroupResource{Group: "networking.k8s.io", Resource: "ingresses"}
+	httproutes := deploy.HTTPRouteResource.GroupResource()
+	for _, tc := range []struct {
+		name      string
+		ingress   bool // the own route is an Ingress, else an HTTPRoute
+		forbidden []schema.GroupResource
+		ok        bool
+		want      []string
+	}{
+		{name: "ingresses elsewhere forbidden", ingress: true, forbidden: []schema.GroupResource{ingresses},
+			want: []string{"list ingresses.networking.k8s.io", "at cluster scope", "kubectl create clusterrole", "--verb=list --resource=ingresses.networking.k8s.io", "--route-check=false"}},
+		{name: "httproutes elsewhere forbidden", forbidden: []schema.GroupResource{httproutes},
+			want: []string{"list httproutes.gateway.networking.k8s.io", "at cluster scope", "--resource=httproutes.gateway.networking.k8s.io"}},
+		{name: "both forbidden, an Ingress needs only ingresses", ingress: true, forbidden: []schema.GroupResource{ingresses, httproutes},
+			want: []string{"missing 1 permission(s)", "list ingresses.networking.k8s.io"}},
+		{name: "httproutes elsewhere cannot beat an Ingress", ingress: true, forbidden: []schema.GroupResource{httproutes},
+			ok: true, want: []string{"Ingress shop/web -> Service shop/web selects the pods"}},
+		{name: "ingresses elsewhere cannot beat an HTTPRoute", forbidden: []schema.GroupResource{ingresses},
+			ok: true, want: []string{"HTTPRoute shop/gw -> Service shop/web selects the pods"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []runtime.Object{service("shop", "web", map[string]string{"app": "web"})}
+			var routes []runtime.Object
+			if tc.ingress {
+				objs = append(objs, ingressOf("shop", "web", "skipper", "*.example.com", "web"))
+			} else {
+				routes = append(routes, gwRoute("shop", "gw", "infra/gw", "web", "*.example.com"))
+			}
+			client := fake.NewSimpleClientset(objs...)
+			dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+				map[schema.GroupVersionResource]string{deploy.HTTPRouteResource: "HTTPRouteList"}, routes...)
+			for _, gr := range tc.forbidden {
+				if gr == ingresses {
+					client.PrependReactor("list", gr.Resource, forbidElsewhere(gr))
+				} else {
+					dyn.PrependReactor("list", gr.Resource, forbidElsewhere(gr))
+				}
+			}
+			r := &runner{cfg: Config{Client: client, Dynamic: dyn, Host: "pay.example.com", URL: &url.URL{Scheme: "http", Host: "127.0.0.1:9090", Path: "/"}}}
+			got, err := r.checkRoute(context.Background(), web)
+			var missing *MissingError
+			switch {
+			case tc.ok && err != nil:
+				t.Fatalf("refused: %v", err)
+			case !tc.ok && !errors.As(err, &missing):
+				t.Fatalf("got %q, %v; want a missing permission (exit 5), not a pass", got, err)
+			case !tc.ok:
+				if !strings.HasPrefix(got, "not checked") {
+					t.Errorf("route check %q: want it to say not checked", got)
+				}
+				got = err.Error()
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("%q lacks %q", got, w)
+				}
+			}
+		})
+	}
+}
+
+// TestRunRouteNotChecked: a route check that could not be made stops the
+// run before anything changes, as a missing permission (exit 5), and the
+// report says "not checked" under a verdict that does not pass.
+func TestRunRouteNotChecked(t *testing.T) {
+	two := int32(2)
+	web := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec:   appsv1.DeploymentSpec{Replicas: &two, Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}}}},
+		Status: appsv1.DeploymentStatus{Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}}
+	client := fake.NewSimpleClientset(web, service("shop", "web", map[string]string{"app": "web"}),
+		ingressOf("shop", "web", "skipper", "*.example.com", "web"))
+	// Preflight: every permission it checks is granted.
+	client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		review := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+		review.Status.Allowed = true
+		return true, review, nil
+	})
+	client.PrependReactor("list", "ingresses", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() != metav1.NamespaceAll {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "networking.k8s.io", Resource: "ingresses"}, "", errors.New("RBAC: denied"))
+	})
+	cfg := Config{Client: client, Namespace: "shop", Deployment: "web", Host: "pay.example.com",
+		URL: &url.URL{Scheme: "http", Host: "127.0.0.1:9090", Path: "/"}, Method: "GET", Rate: 50,
+		LoadTimeout: time.Second, Rollouts: 1, Timeout: time.Minute}
+	rep, err := Run(context.Background(), cfg, nil)
+	var missing *MissingError
+	if !errors.As(err, &missing) {
+		t.Fatalf("Run: %v; want a missing permission (exit 5)", err)
+	}
+	if rep == nil || rep.Verdict.Pass || !strings.HasPrefix(rep.RouteCheck, "not checked") {
+		t.Fatalf("report %+v: want route not checked and no pass", rep)
+	}
+	for _, a := range client.Actions() {
+		if v := a.GetVerb(); v != "get" && v != "list" && !(v == "create" && a.GetResource().Resource == "selfsubjectaccessreviews") {
+			t.Errorf("%s %s before the route was checked: nothing may change", v, a.GetResource().Resource)
+		}
 	}
 }
