@@ -163,12 +163,14 @@ vet:
 # and risks the machine; after the first build `make cluster` is a relink.
 # SIMULATIONS are the seeded simulations behind compare's and the drift
 # test's documented rates: TestComparePowerTable (docs/compare.md's power
-# table, 4,500 comparisons, a third of them of 120-trial runs) and the
-# drift tests (about 1,400 comparisons of up to 120 trials a side). They
-# are pure arithmetic: about 70 s here without -race, several minutes with
-# it, and nothing shared for -race to check, so they run in a phase of
-# their own without it.
-SIMULATIONS := ^(TestComparePowerTable|TestDriftFalseAlarms|TestDriftCatchesSlowMode)$$
+# table, 4,500 comparisons, a third of them of 120-trial runs),
+# TestCompareCutTrialsTable (its cut-trials table, 3,600 comparisons of 20
+# and 40 trials) and the drift tests (500 month-long histories, about
+# 60,000 window tests of up to 180 trials a side). They are pure
+# arithmetic: about 60 s here without -race, several minutes with it, and
+# nothing shared for -race to check, so they run in a phase of their own
+# without it.
+SIMULATIONS := ^(TestComparePowerTable|TestCompareCutTrialsTable|TestDriftFalseAlarms|TestDriftCatchesSlowMode)$$
 UNIT := $$($(GO) list ./... | grep -v /e2e)
 E2E  := $$($(GO) list ./... | grep /e2e)
 PHASES := $(BIN)/test-phases.txt

@@ -504,13 +504,13 @@ func NewCompareTextReporterWidth(c *Comparison, width int) Reporter {
 				if t.counts() {
 					mark = "*"
 				}
-				ci := "no threshold"
-				if t.K > 0 {
-					ci = fmt.Sprintf("p=%.2g (α %s)", t.P, pctFine(t.Alpha))
+				if t.K == 0 {
+					line("tail", "", "", "", "", mark, "no threshold", "every trial "+fmtDur(t.TiedNS))
+				} else {
+					line("p"+trimFloat(math.Floor(t.Quantile*100)), floorDur(t.BaseNS, t.BaseLower), floorDur(t.NewNS, t.NewLower),
+						signedDiff(t.NewNS-t.BaseNS, t.NewLower, t.BaseLower), relCell(t.BaseNS, t.Rel, t.NewLower, t.BaseLower), mark,
+						fmt.Sprintf("p=%.2g (α %s)", t.P, pctFine(t.Alpha)), fmt.Sprintf("%d→%d above %s", t.BaseAbove, t.NewAbove, fmtDur(t.ThresholdNS)))
 				}
-				line("p"+trimFloat(math.Floor(t.Quantile*100)), floorDur(t.BaseNS, t.BaseLower), floorDur(t.NewNS, t.NewLower),
-					signedDiff(t.NewNS-t.BaseNS, t.NewLower, t.BaseLower), relCell(t.BaseNS, t.Rel, t.NewLower, t.BaseLower), mark, ci,
-					fmt.Sprintf("%d→%d above %s", t.BaseAbove, t.NewAbove, fmtDur(t.ThresholdNS)))
 			}
 		}
 		for _, v := range []Verdict{Worse, Better} {

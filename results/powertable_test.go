@@ -3,6 +3,7 @@ package results
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strings"
@@ -162,5 +163,127 @@ func TestComparePowerTable(t *testing.T) {
 	}
 	if doc[i:j] != table {
 		t.Errorf("%s's power table is not this simulation's (go test ./results -run TestComparePowerTable -update):\n%s\nwant:\n%s", page, doc[i:j], table)
+	}
+}
+
+// The cut-trials table of docs/compare.md: how many of a run's trials must
+// be cut at the hold before compare calls the window worse. Baseline
+// windows lognormal around 1.5 s; the new run's first k trials cut at its
+// 60 s hold (seen at exactly the hold, as measure records a trial whose
+// traffic never stopped), the rest drawn like the baseline's. A cell is
+// the share of cutPairs pairs called worse; every pair called worse must
+// also breach --max-regression 20% for certain (the size of a tail
+// regression is where the tail moved: to at least the hold). 200 pairs
+// make the interval about ±7 points at 50%.
+const cutPairs = 200
+
+var cutCounts = []int{1, 2, 3, 4, 5, 6, 7, 8, 10}
+
+const (
+	cutTableBegin = "<!-- cut table: written by TestCompareCutTrialsTable (go test ./results -run TestCompareCutTrialsTable -update) -->"
+	cutTableEnd   = "<!-- end of cut table -->"
+)
+
+func TestCompareCutTrialsTable(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("| trials a run |")
+	for _, k := range cutCounts {
+		fmt.Fprintf(&b, " %d cut |", k)
+	}
+	b.WriteString(" fewest cut called worse in ≥ 50% / ≥ 90% of pairs |\n|---|")
+	for range cutCounts {
+		b.WriteString("--:|")
+	}
+	b.WriteString("---|\n")
+	for _, n := range []int{20, 40} {
+		fmt.Fprintf(&b, "| %d |", n)
+		half, most := "", ""
+		for _, k := range cutCounts {
+			var mu sync.Mutex
+			worse := 0
+			var wg sync.WaitGroup
+			next := make(chan int)
+			for range runtime.GOMAXPROCS(0) {
+				wg.Go(func() {
+					for i := range next {
+						seed := uint64(900_000 + 10_000*k + 1000*n + 2*i)
+						base := windowRun(seed, n, lognormal, 0, 0)
+						cut := 0
+						held := shape{name: "cut", hold: time.Minute, draw: func(rng *rand.Rand) time.Duration {
+							if cut++; cut <= k {
+								return time.Minute
+							}
+							return lognormal.draw(rng)
+						}}
+						nx := windowRun(seed+1, n, held, 0, 0)
+						c := Compare(base, nx, CompareOptions{})
+						m, _ := c.Metric(PointWindow)
+						if m.Verdict != Worse {
+							continue
+						}
+						certain := false
+						for _, br := range (Thresholds{MaxRegression: 0.2}).Check(nx, c) {
+							certain = certain || (br.Metric == PointWindow && br.Rule == "max-regression" && !br.CannotTell)
+						}
+						mu.Lock()
+						worse++
+						if !certain {
+							t.Errorf("n=%d, %d cut, pair %d: worse but --max-regression 20%% not breached for certain", n, k, i)
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			for i := range cutPairs {
+				next <- i
+			}
+			close(next)
+			wg.Wait()
+			rate := float64(worse) / cutPairs
+			fmt.Fprintf(&b, " %s |", pct(rate))
+			if rate >= 0.5 && half == "" {
+				half = fmt.Sprint(k)
+			}
+			if rate >= 0.9 && most == "" {
+				most = fmt.Sprint(k)
+			}
+		}
+		fmt.Fprintf(&b, " %s / %s |\n", cmpOr(half, "more"), cmpOr(most, "more"))
+	}
+	table := b.String()
+	t.Logf("window called worse with k trials cut at the hold, %d pairs a cell:\n%s", cutPairs, table)
+	checkDocTable(t, cutTableBegin, cutTableEnd, table)
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// checkDocTable compares docs/compare.md's copy of a table between begin
+// and end with table, or writes it there with -update.
+func checkDocTable(t *testing.T, begin, end, table string) {
+	t.Helper()
+	const page = "../docs/compare.md"
+	data, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s: no table between %q and %q", page, begin, end)
+	}
+	i += len(begin) + 1
+	if *update {
+		if err := os.WriteFile(page, []byte(doc[:i]+table+doc[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if doc[i:j] != table {
+		t.Errorf("%s's table is not this simulation's (go test ./results -run %s -update):\n%s\nwant:\n%s", page, t.Name(), doc[i:j], table)
 	}
 }

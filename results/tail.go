@@ -46,10 +46,12 @@ type TailChange struct {
 	NewAbove     int   `json:"new_above"`
 	BaseCensored int   `json:"base_censored_above,omitempty"`
 	NewCensored  int   `json:"new_censored_above,omitempty"`
-	// Quantile is the pooled quantile of the threshold, 1 − K/N; BaseNS and
-	// NewNS are each run's empirical Quantile-quantile, BaseLower and
-	// NewLower set when it is a floor (it falls on a censored trial), and
-	// Rel is their relative change.
+	// Quantile is where the change is sized: the pooled quantile of the
+	// threshold, 1 − K/N, or, when the new run has trials cut at the hold
+	// and the change is larger there, the quantile of its lowest cut trial
+	// (see tailTest). BaseNS and NewNS are each run's empirical
+	// Quantile-quantile, BaseLower and NewLower set when it is a floor (it
+	// falls on a censored trial), and Rel is their relative change.
 	Quantile  float64 `json:"quantile"`
 	BaseNS    int64   `json:"base_ns"`
 	NewNS     int64   `json:"new_ns"`
@@ -71,6 +73,9 @@ type TailChange struct {
 	// Need is the least run size, both runs alike, at which it is.
 	NotJudged string `json:"not_judged,omitempty"`
 	Need      int    `json:"need,omitempty"`
+	// TiedNS is the value every pooled trial ties at when there is no
+	// threshold (K is 0: a constant metric).
+	TiedNS int64 `json:"tied_ns,omitempty"`
 }
 
 // counts reports whether the tail test makes the metric worse.
@@ -130,7 +135,10 @@ func tailTest(x, y *sample, alpha float64, o CompareOptions) (TailChange, bool) 
 	}
 	t := TailChange{Alpha: alpha, P: 1}
 	if bestK == 0 {
-		return t, true // no threshold: every value tied
+		// No threshold: every value tied (a constant metric). The test is
+		// made (nothing can lie above anything), and says at what.
+		t.TiedNS = int64(pool[0].v)
+		return t, true
 	}
 	t.K = bestK
 	t.ThresholdNS = int64(pool[bestK].v)
@@ -149,36 +157,54 @@ func tailTest(x, y *sample, alpha float64, o CompareOptions) (TailChange, bool) 
 		}
 	}
 	t.P = tailPValue(n, n1, ks, best)
-	t.Quantile = 1 - float64(bestK)/float64(n)
-	bq, baseLower := x.rank(quantileRank(t.Quantile, n0))
-	nq, lower := y.rank(quantileRank(t.Quantile, n1))
-	t.BaseNS, t.NewNS, t.BaseLower, t.NewLower = int64(bq), int64(nq), baseLower, lower
+	t.sizeAt(x, y, 1-float64(bestK)/float64(n))
+	if y.nCens > 0 {
+		// Where the new run's trials were cut at the hold, its tail moved
+		// to at least the hold: the change at its lowest cut trial's
+		// quantile is a floor of the change there, and when it is the
+		// larger, it is the size of the regression. The threshold's
+		// quantile can lie below every cut trial (three of 20 cut, the
+		// best threshold at p77 where the new run is uncut): sized there
+		// alone, a tail that reached the hold read as +13%.
+		at := TailChange{}
+		at.sizeAt(x, y, float64(n1-y.nCens+1)/float64(n1))
+		if !at.BaseLower && at.NewNS-at.BaseNS > t.NewNS-t.BaseNS {
+			t.Quantile, t.BaseNS, t.NewNS, t.BaseLower, t.NewLower, t.Rel = at.Quantile, at.BaseNS, at.NewNS, at.BaseLower, at.NewLower, at.Rel
+		}
+	}
+	t.Significant = t.P <= alpha
+	t.Relevant = !t.BaseLower && float64(t.NewNS-t.BaseNS) >= relevantChange(t.BaseNS, o)
+	return t, true
+}
+
+// sizeAt sets the change at quantile q of base x and new y: each run's
+// empirical q-quantile, whether it is a floor, and their relative change.
+func (t *TailChange) sizeAt(x, y *sample, q float64) {
+	bq, baseLower := x.rank(quantileRank(q, x.n()))
+	nq, lower := y.rank(quantileRank(q, y.n()))
+	t.Quantile, t.BaseNS, t.NewNS, t.BaseLower, t.NewLower = q, int64(bq), int64(nq), baseLower, lower
+	t.Rel = 0
 	if bq != 0 {
 		t.Rel = (nq - bq) / math.Abs(bq)
 	}
-	t.Significant = t.P <= alpha
-	t.Relevant = !baseLower && nq-bq >= relevantChange(t.BaseNS, o)
-	return t, true
 }
 
 // tailThresholds are the K (1 ≤ K ≤ kmax: the upper quarter of the pool,
 // the tail, or more where tailScan says so) whose K-th largest value of
 // the pool (descending) is strictly above the (K+1)-th: "the K largest" is
 // then "every value above the (K+1)-th", a threshold that does not depend
-// on which run a value came from. When no K up to kmax is one — the top
-// value is shared by more than kmax trials, as trials cut at exactly the
-// hold are — the top tie block is the threshold: without it a run with
-// more than a quarter of the pool cut at the hold would have no tail test
-// at all, and cutting more trials would make a regression invisible. It
-// too is a function of the pool alone, so the test stays exact.
+// on which run a value came from. When a block of tied values straddles
+// kmax — trials cut at exactly the hold, as many as a quarter of the pool
+// or more — the end of that block is a threshold too: without it a run
+// with that many trials cut would be judged only above them (by the few
+// values, if any, of a longer hold in the baseline), and cutting more
+// trials would make a regression invisible. It too is a function of the
+// pool alone, so the test stays exact.
 func tailThresholds[T any](desc []T, v func(T) float64, kmax int) []int {
 	var ks []int
 	for k := 1; k < len(desc); k++ {
 		if v(desc[k-1]) <= v(desc[k]) {
 			continue
-		}
-		if k > kmax && len(ks) > 0 {
-			break
 		}
 		ks = append(ks, k)
 		if k >= kmax {

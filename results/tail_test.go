@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -328,4 +329,115 @@ func censoredPair() (base, next *Summary) {
 	}
 	next.Close()
 	return base, next
+}
+
+// heldRun is a run of n windows U(1, 2) s, held at hold, its first cut
+// trials cut at exactly the hold (a trial still routed when the hold
+// ended is seen at the hold).
+func heldRun(seed uint64, n, cut int, hold time.Duration) *Summary {
+	k := 0
+	s := shape{name: "U(1,2) s", hold: hold, draw: func(rng *rand.Rand) time.Duration {
+		k++
+		if k <= cut {
+			return hold
+		}
+		return time.Duration(1e9 + rng.Float64()*1e9)
+	}}
+	return windowRun(seed, n, s, 0, 0)
+}
+
+// A tail regression is sized where the tail moved: a few trials cut at a
+// 60 s hold against a baseline that never passed 2 s are a regression to
+// at least the hold at the new run's cut quantile, not the few percent of
+// the pooled threshold's quantile (where the new run is uncut). The
+// issue's pairs, over 40 seeds each: every pair called worse breaches
+// --max-regression 20% for certain (exit 3). Whether a pair is worse at
+// all is the tail test's power (3 of 20 cut: only when the uncut trials
+// also lean high; 8 of 40: nearly always), printed.
+func TestCompareSizesTailRegressionWhereItMoved(t *testing.T) {
+	for _, tc := range []struct{ n, cut, minWorse int }{{20, 3, 1}, {40, 8, 30}, {40, 7, 15}} {
+		worse := 0
+		for seed := range uint64(40) {
+			base := heldRun(100+seed, tc.n, 0, time.Minute)
+			next := heldRun(200+seed, tc.n, tc.cut, time.Minute)
+			c := Compare(base, next, CompareOptions{})
+			m, _ := c.Metric(PointWindow)
+			if m.Verdict != Worse {
+				continue
+			}
+			worse++
+			certain := false
+			for _, b := range (Thresholds{MaxRegression: 0.2}).Check(next, c) {
+				certain = certain || (b.Metric == PointWindow && b.Rule == "max-regression" && !b.CannotTell)
+			}
+			if !certain {
+				t.Errorf("%d of %d cut, seed %d, worse: --max-regression 20%% not breached for certain; tail sized at p%.0f %s → %s (%+.0f%%)",
+					tc.cut, tc.n, seed, 100*m.Tail.Quantile, fmtDur(m.Tail.BaseNS), fmtDur(m.Tail.NewNS), 100*m.Tail.Rel)
+			}
+		}
+		t.Logf("%d of %d cut at the hold: worse in %d of 40 seeds", tc.cut, tc.n, worse)
+		if worse < tc.minWorse {
+			t.Errorf("%d of %d cut: worse in %d of 40 seeds, want at least %d: the check above tested too little", tc.cut, tc.n, worse, tc.minWorse)
+		}
+	}
+}
+
+// Power is monotone in the number of trials cut: a baseline held for 120 s
+// with one window at 90 s (above every cut trial of the new run, which was
+// held for 60 s) against 10, 15 or 20 of 20 cut at 60 s. The tied block of
+// cut trials straddles the upper quarter of the pool; its end is a
+// threshold, so more cut trials never read as less evidence.
+func TestTailPowerMonotoneInCutTrials(t *testing.T) {
+	base := heldRun(300, 20, 0, 2*time.Minute)
+	// One window of 90 s among the baseline's.
+	recs := base.Records()
+	b := NewSummary(base.Header, Options{})
+	for i, r := range recs {
+		if i == 0 {
+			for k := range r.Stages {
+				if r.Stages[k].Name == StageLastRequest {
+					r.Stages[k].OffsetNS = int64(90 * time.Second)
+					r.Stages[k].At = r.T0.Add(90 * time.Second)
+				}
+			}
+		}
+		b.Add(r)
+	}
+	b.Close()
+	prev := 1.0
+	for _, cut := range []int{10, 15, 20} {
+		next := heldRun(400, 20, cut, time.Minute)
+		m, _ := Compare(b, next, CompareOptions{}).Metric(PointWindow)
+		if m.Verdict != Worse || m.Tail.P > prev {
+			t.Errorf("%d of 20 cut: window %s, tail p = %.3g (fewer cut: %.3g); want worse, p not above", cut, m.Verdict, m.Tail.P, prev)
+		}
+		prev = m.Tail.P
+	}
+}
+
+// A constant metric has no tail threshold: its row says so, with the value
+// every trial has, not "p0 … above 0.000s".
+func TestTailRowOfAConstantMetric(t *testing.T) {
+	constant := func() *Summary {
+		s := NewSummary(&Header{Kind: KindHeader, Schema: SchemaVersion, HoldNS: int64(time.Minute)}, Options{})
+		for i := 1; i <= 20; i++ {
+			t0 := synthStart.Add(time.Duration(i) * time.Minute)
+			s.Add(&Record{Kind: KindTrial, Trial: i, Valid: true, T0: t0, Pod: fmt.Sprintf("p-%d", i), Stages: []Stage{
+				{Name: StageDeleteSent, At: t0, Clock: ClockTool},
+				{Name: StageLastRequest, At: t0.Add(12 * time.Millisecond), OffsetNS: int64(12 * time.Millisecond), Clock: ClockTool},
+			}})
+		}
+		s.Close()
+		return s
+	}
+	base, next := constant(), constant()
+	c := Compare(base, next, CompareOptions{})
+	var b strings.Builder
+	if err := NewCompareTextReporterWidth(c, 100)(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Contains(out, "p0 ") || strings.Contains(out, "above 0.000s") || !strings.Contains(out, "every trial") {
+		t.Errorf("a constant metric's tail row:\n%s", out)
+	}
 }
