@@ -144,26 +144,7 @@ func TestComparePowerTable(t *testing.T) {
 		}
 	}
 
-	const page = "../docs/compare.md"
-	data, err := os.ReadFile(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(data)
-	i, j := strings.Index(doc, powerTableBegin), strings.Index(doc, powerTableEnd)
-	if i < 0 || j < i {
-		t.Fatalf("%s: no power table between %q and %q", page, powerTableBegin, powerTableEnd)
-	}
-	i += len(powerTableBegin) + 1
-	if *update {
-		if err := os.WriteFile(page, []byte(doc[:i]+table+doc[j:]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if doc[i:j] != table {
-		t.Errorf("%s's power table is not this simulation's (go test ./results -run TestComparePowerTable -update):\n%s\nwant:\n%s", page, doc[i:j], table)
-	}
+	checkDocTable(t, powerTableBegin, powerTableEnd, table)
 }
 
 // The cut-trials table of docs/compare.md: how many of a run's trials must
