@@ -32,6 +32,7 @@ var (
 	descCovers   = desc("window_bound_covers", "The share of deletions the window bound covers, at the confidence of epwindow_window_bound_confidence (below the asked quantile when the runs are too few).")
 	descConf     = desc("window_bound_confidence", "The confidence of the window bound.")
 	descFloor    = desc("window_bound_is_floor", "1 when the window bound fell on a trial cut at the hold: it and the recommendation are only floors.")
+	descPreFloor = desc("recommended_prestop_is_floor", "1 when the recommended preStop is only a floor: the window's bound fell on a trial cut at the hold, or the DNS bound on one a DNS server still answered at its end.")
 	descCensored = desc("censored_trials", "Trials of the newest runs cut at the hold.")
 	descTrials   = desc("window_trials", "Trials of the newest runs pooled against the baseline (the window side).")
 	descBase     = desc("baseline_trials", "Trials in the pooled baseline the newest runs were compared with.")
@@ -118,7 +119,7 @@ func NewCollector(o Options) *Collector {
 
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStage, descPreStop, descGrace, descBound, descCovers, descConf, descFloor,
+	for _, d := range []*prometheus.Desc{descStage, descPreStop, descGrace, descBound, descCovers, descConf, descFloor, descPreFloor,
 		descCensored, descTrials, descBase, descVerdict, descHeld, descDoc, descLastRun, descLastT, descEvery, descRuns, descSegRuns, descObsBytes,
 		descCostAPI, descCostTime, descCostRSS, descCostCPU, descReadOK, descReadErrs, descSkipped, descRefreshed} {
 		ch <- d
@@ -245,7 +246,8 @@ func Metrics(d *results.Drift, o Options) []prometheus.Metric {
 		gauge(descBound, time.Duration(r.CoverNS).Seconds())
 		gauge(descCovers, r.Bound.Covers)
 		gauge(descConf, r.Bound.Confidence)
-		gauge(descFloor, b2f(r.LowerBound()))
+		gauge(descFloor, b2f(r.Bound.LowerBound))
+		gauge(descPreFloor, b2f(r.LowerBound()))
 	}
 	return out
 }

@@ -106,3 +106,46 @@ func TestRecommendationCoversDNSClients(t *testing.T) {
 		t.Errorf("no DNS observer: %+v", r)
 	}
 }
+
+// Trials where a DNS server still answered the address when the trial
+// ended (dns_listed) are floors of the DNS line, never dropped: 8 trials
+// DNS dropped within 150 ms and 2 it still answered at 59 s put the DNS
+// bound at 59 s or more (a floor), the preStop at least 59 s + TTL +
+// margin, and the recommendation says it is only a floor; with every
+// trial dns_listed the DNS line is there, a floor, not gone.
+func TestDNSListedTrialsAreFloors(t *testing.T) {
+	ms := time.Millisecond
+	h := &Header{Observers: []Observer{{Name: DNSObserver, ResolutionNS: int64(100 * ms), Settings: map[string]string{"ttl": "5s"}}}}
+	run := func(listed int) *Recommendation {
+		s := NewSummary(h, Options{})
+		for i := range 10 {
+			r := trial(i+1, 50*ms, 50*ms+time.Second+time.Duration(i)*100*ms)
+			if i < listed {
+				r.Stages = append(r.Stages, st(StageDNSLastPresent, "dns/a", 59*time.Second))
+				r.Reasons = append(r.Reasons, Reason{Code: ReasonDNSListed, Detail: "dns/a still answered the address at its last poll"})
+			} else {
+				r.Stages = append(r.Stages, st(StageDNSLastPresent, "dns/a", 20*ms), st(StageDNSRemoved, "dns/a", 60*ms+time.Duration(i)*10*ms))
+			}
+			s.Add(r)
+		}
+		s.Close()
+		return s.Doc().Recommendation
+	}
+	for _, listed := range []int{2, 10} {
+		r := run(listed)
+		if r == nil || r.DNS == nil {
+			t.Fatalf("%d dns_listed: recommendation %+v, want a DNS line", listed, r)
+		}
+		d := r.DNS
+		if d.N != 10 || d.Censored != listed || !d.Bound.LowerBound || d.CoverNS < int64(59*time.Second-50*ms) {
+			t.Errorf("%d dns_listed: DNS %+v, want n = 10 with %d floors and a bound of at least 58.95s, itself a floor", listed, d, listed)
+		}
+		if min := int64(59 + 5 + 1); r.PreStopSeconds < min || !r.LowerBound() || r.Bound.LowerBound {
+			t.Errorf("%d dns_listed: preStop %d (floor %v, window floor %v), want ≥ %d and a floor from the DNS bound alone", listed, r.PreStopSeconds, r.LowerBound(), r.Bound.LowerBound, min)
+		}
+		f := strings.Join(r.Formula(), "\n")
+		if !strings.Contains(f, "U(dns_removed − prestop_called) + TTL + margin = ≥ ") || !strings.Contains(r.FloorCause(), "DNS") {
+			t.Errorf("%d dns_listed: the formula or the floor's cause does not say the DNS bound is a floor:\n%s\n%s", listed, f, r.FloorCause())
+		}
+	}
+}

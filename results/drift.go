@@ -201,7 +201,7 @@ func DriftOf(runs []HistoryRun, o DriftOptions) *Drift {
 		v.Recent = r.newest(j, seg.First)
 		ws := pooled(runs, v.Recent)
 		if rec := ws.doc.Recommendation; rec != nil {
-			v.BoundNS, v.BoundCovers, v.BoundFloor = rec.CoverNS, rec.Bound.Covers, rec.LowerBound()
+			v.BoundNS, v.BoundCovers, v.BoundFloor = rec.CoverNS, rec.Bound.Covers, rec.Bound.LowerBound
 		}
 		if w, ok := ws.Dist(PointWindow); ok {
 			v.WindowP50NS = w.P50NS

@@ -185,6 +185,22 @@ func (r *Record) PointValid(point string) bool {
 	return true
 }
 
+// dnsListedOnly reports whether the trial's DNS stages are invalid only
+// because a server still answered the address when the trial ended (and
+// none was blind): its dns_removed is then at least its last answer.
+func (r *Record) dnsListedOnly() bool {
+	listed := false
+	for _, rs := range r.ReasonList() {
+		switch rs.Code {
+		case ReasonDNSListed:
+			listed = true
+		case ReasonDNSBlind:
+			return false
+		}
+	}
+	return listed
+}
+
 // censorable reports whether point ends with the traffic, so that a
 // censored trial knows only its floor.
 func censorable(point string) bool {

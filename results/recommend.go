@@ -57,11 +57,15 @@ type Recommendation struct {
 // re-resolves only when a connection drops (grpc-go's dns resolver) is
 // ended by its connections, not by DNS: docs/dns.md.
 type DNSCover struct {
-	// N trials timed both dns_removed and the basis; Bound is the upper
-	// confidence bound of (dns_removed − basis), CoverNS its value.
-	N       int   `json:"n"`
-	Bound   Bound `json:"bound"`
-	CoverNS int64 `json:"cover_ns"`
+	// N trials timed both dns_removed and the basis, Censored of them
+	// only as a floor (dns_listed: a server still answered when the trial
+	// ended; their last answer counts, as at least); Bound is the upper
+	// confidence bound of (dns_removed − basis), CoverNS its value (a
+	// floor when Bound.LowerBound).
+	N        int   `json:"n"`
+	Censored int   `json:"censored,omitempty"`
+	Bound    Bound `json:"bound"`
+	CoverNS  int64 `json:"cover_ns"`
 	// TTLNS is the longest TTL the DNS answers carried (the header's).
 	TTLNS int64 `json:"ttl_ns"`
 	// PreStopSeconds is ⌈U + TTL + margin⌉; Raised tells that it raised
@@ -70,9 +74,29 @@ type DNSCover struct {
 	Raised         bool  `json:"raised,omitempty"`
 }
 
-// LowerBound reports whether the recommendation is only a floor: its bound
-// fell on a trial cut at the hold, so a longer hold is needed to know it.
-func (r *Recommendation) LowerBound() bool { return r != nil && r.Bound.LowerBound }
+// LowerBound reports whether the recommendation is only a floor: its
+// window bound fell on a trial cut at the hold, or its DNS bound on one
+// whose DNS still answered at its end (the preStop is the larger of the
+// two needs, so either floor makes it one), so a longer hold is needed to
+// know it.
+func (r *Recommendation) LowerBound() bool {
+	return r != nil && (r.Bound.LowerBound || r.DNS.lowerBound())
+}
+
+func (d *DNSCover) lowerBound() bool { return d != nil && d.Bound.LowerBound }
+
+// FloorCause says why the recommendation is only a floor ("" when it is
+// not): which bound fell on which trials.
+func (r *Recommendation) FloorCause() string {
+	var why []string
+	if r.LowerBound() && r.Bound.LowerBound {
+		why = append(why, fmt.Sprintf("the window's bound fell on a trial cut at the hold (%d of %d trials)", r.Censored, r.N))
+	}
+	if r.DNS.lowerBound() {
+		why = append(why, fmt.Sprintf("the DNS bound fell on a trial a DNS server still answered at its end (%d of %d trials)", r.DNS.Censored, r.DNS.N))
+	}
+	return strings.Join(why, "; ")
+}
 
 // LongerHold is the hold to rerun with when a run's recommendation is only
 // a floor: three times the last one (hold), in whole minutes from a minute
@@ -172,7 +196,7 @@ func (s *Summary) recommend() *Recommendation {
 	if y := s.samples[metricDNSCover]; y.n() > 0 {
 		if ttl, ok := s.Header.DNSTTL(); ok {
 			db, _ := newBound(y, o.Quantile, o.Confidence)
-			dc := &DNSCover{N: y.n(), Bound: db, CoverNS: db.NS, TTLNS: int64(ttl)}
+			dc := &DNSCover{N: y.n(), Censored: y.nCens, Bound: db, CoverNS: db.NS, TTLNS: int64(ttl)}
 			dc.PreStopSeconds = ceilSeconds(max(time.Duration(db.NS), 0) + ttl + time.Duration(r.MarginNS))
 			if dc.PreStopSeconds > r.PreStopSeconds {
 				r.PreStopSeconds, dc.Raised = dc.PreStopSeconds, true
@@ -211,8 +235,12 @@ func (r *Recommendation) Formula() []string {
 	}
 	if d := r.DNS; d != nil {
 		dneed := max(time.Duration(d.CoverNS), 0) + time.Duration(d.TTLNS) + time.Duration(r.MarginNS)
-		l := fmt.Sprintf("DNS clients that honour the TTL: preStop ≥ U(dns_removed − %s) + TTL + margin = %s + %s + %s = %s → %ds",
-			basis, fmtDur(d.CoverNS), fmtDur(d.TTLNS), fmtDur(r.MarginNS), fmtDur(int64(dneed)), d.PreStopSeconds)
+		dge := ""
+		if d.lowerBound() {
+			dge = "≥ "
+		}
+		l := fmt.Sprintf("DNS clients that honour the TTL: preStop ≥ U(dns_removed − %s) + TTL + margin = %s%s + %s + %s = %s%s → %s%ds",
+			basis, dge, fmtDur(d.CoverNS), fmtDur(d.TTLNS), fmtDur(r.MarginNS), dge, fmtDur(int64(dneed)), dge, d.PreStopSeconds)
 		if d.Raised {
 			l += fmt.Sprintf(" (raises the preStop from %s%ds)", ge, ceilSeconds(need))
 		}
@@ -257,6 +285,10 @@ func (s *Summary) Caveats() []string {
 		}
 		out = append(out, fmt.Sprintf("U is distribution-free (order statistics, exact binomial): it holds whatever shape the windows have. The margin (%s, %s) covers what a bound of trials cannot: the stamps' resolution and changes of the cluster since the run.",
 			fmtDur(r.MarginNS), r.MarginFrom))
+		if d := r.DNS; d != nil && d.Censored > 0 {
+			out = append(out, fmt.Sprintf("%s of the DNS line still had a DNS server answering the address when the trial ended (dns_listed): counted in its n as at least their last answer (≥).",
+				plural(d.Censored, "trial", "trials")))
+		}
 		if r.DNS != nil {
 			out = append(out, "The DNS line holds for clients that re-resolve when the TTL runs out and connect anew: one that re-resolves only when a connection drops (grpc-go's dns resolver) or keeps connections open stops reaching the pod when those connections close, which DNS does not bound (docs/dns.md).")
 		}

@@ -442,7 +442,7 @@ func NewMarkdownReporter(s *Summary) Reporter {
 				// A floor pasted as a plain number would be taken for the
 				// answer: the YAML itself says it is not.
 				floor = "   # at least: rerun with " + rerunHold(h) + " (trials cut at the hold)"
-				e.printf("**Only a lower bound**: the bound fell on a trial cut at the hold, so these are at least what the windows need, not enough.\n\n")
+				e.printf("**Only a lower bound**: %s, so these are at least what the deletions need, not enough.\n\n", r.FloorCause())
 			}
 			e.printf("```yaml\nspec:\n  terminationGracePeriodSeconds: %d%s\n  containers:\n  - name: app   # every container that serves traffic\n    lifecycle:\n      preStop:\n        sleep:\n          seconds: %d%s\n```\n\n", r.GraceSeconds, floor, r.PreStopSeconds, floor)
 			e.printf("The `sleep` handler needs Kubernetes 1.30 or later; elsewhere use `exec: {command: [\"sleep\", \"%d\"]}` in an image with `sleep`, or delay shutdown in the app by as much.\n\n", r.PreStopSeconds)

@@ -181,11 +181,20 @@ func (s *Summary) Close() {
 			if from != StagePrestopCalled {
 				s.fallback++
 			}
-			// The DNS path from the same basis: dns_removed is not cut by
-			// the hold (a server still answering then is dns_listed).
-			if r.PointValid(StageDNSRemoved) {
+			// The DNS path from the same basis. A server still answering
+			// when the trial ended (dns_listed) left dns_removed unknown
+			// but at least its last answer: a floor, counted like a
+			// window cut at the hold, never dropped (dropped, two
+			// deletions DNS still answered at 59 s vanished from a bound
+			// of 80 ms).
+			switch {
+			case r.PointValid(StageDNSRemoved):
 				if v, ok := r.Between(from, StageDNSRemoved); ok {
 					s.add(metricDNSCover, r.Trial, v, false)
+				}
+			case r.dnsListedOnly():
+				if v, ok := r.Between(from, StageDNSLastPresent); ok {
+					s.add(metricDNSCover, r.Trial, v, true)
 				}
 			}
 		}

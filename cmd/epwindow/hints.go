@@ -28,8 +28,8 @@ func hints(s *results.Summary) []string {
 	if r := d.Recommendation; r != nil {
 		if r.LowerBound() {
 			hold := holdOf(s.Header)
-			out = append(out, fmt.Sprintf("the recommendation is only a lower bound (preStop ≥ %ds: %d of %d trials ran into the hold): rerun with --%s %s",
-				r.PreStopSeconds, r.Censored, r.N, measure.FlagHold, longerHold(hold)))
+			out = append(out, fmt.Sprintf("the recommendation is only a lower bound (preStop ≥ %ds: %s): rerun with --%s %s",
+				r.PreStopSeconds, r.FloorCause(), measure.FlagHold, longerHold(hold)))
 		}
 		if !r.Bound.Enough() {
 			out = append(out, fmt.Sprintf("%s: for %s of deletions at %s confidence rerun with --%s %d",

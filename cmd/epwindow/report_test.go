@@ -130,7 +130,7 @@ func TestExitCodes(t *testing.T) {
 		{"report --quantile 0", []string{"report", "--quantile", "0", run}, nil, exitUsage, "--quantile 0: want a fraction strictly between 0 and 1"},
 		{"report --confidence 1", []string{"report", "--confidence", "1", run}, nil, exitUsage, "--confidence 1: want a fraction strictly between 0 and 1"},
 		{"report --confidence -0.5", []string{"report", "--confidence", "-0.5", run}, nil, exitUsage, "--confidence"},
-		{"report of a run cut at the hold", []string{"report", testdata("censored.jsonl")}, nil, exitOK, "only a lower bound (preStop ≥ 4s: 10 of 20 trials ran into the hold): rerun with --hold 8s"},
+		{"report of a run cut at the hold", []string{"report", testdata("censored.jsonl")}, nil, exitOK, "only a lower bound (preStop ≥ 4s: the window's bound fell on a trial cut at the hold (10 of 20 trials)): rerun with --hold 8s"},
 		{"report of too few trials", []string{"report", run}, nil, exitOK, "the largest of 18 trials covers 84.6% of deletions with 95% confidence: for 95% of deletions at 95% confidence rerun with --trials 59"},
 		{"report of a skew fault", []string{"report", run}, nil, exitOK, "skew_bound ×1: --max-skew-uncertainty"},
 		{"measure --quantile 1", []string{"measure", "--url", "http://127.0.0.1:1", "--quantile", "1"}, nil, exitUsage, "--quantile 1: want a fraction strictly between 0 and 1"},
