@@ -245,6 +245,52 @@ func NewTextReporter(s *Summary) Reporter { return NewTextReporterWidth(s, TextW
 // their roomy layout when it fits and narrow their columns, then move a
 // long stage name onto a line of its own, when it does not.
 func NewTextReporterWidth(s *Summary, width int) Reporter {
+	render := textReport(s, width)
+	if width <= 0 {
+		return render
+	}
+	// Every section fits its tables to width; a line of prose a section
+	// did not wrap (a streams heading naming a long path, a footnote) is
+	// wrapped here, so that nothing reaches past the terminal.
+	return func(w io.Writer) error {
+		var b strings.Builder
+		if err := render(&b); err != nil {
+			return err
+		}
+		_, err := io.WriteString(w, FitLines(b.String(), width))
+		return err
+	}
+}
+
+// FitLines wraps every line of prose in text longer than width runes at
+// its spaces, each continuation indented two columns past the line's own
+// indent. A line that fits, a table row (columns padded with runs of
+// spaces: the tables fit themselves, down to their narrowest layout) and a
+// word longer than width are left whole.
+func FitLines(text string, width int) string {
+	var out strings.Builder
+	for i, line := range strings.Split(text, "\n") {
+		if i > 0 {
+			out.WriteByte('\n')
+		}
+		body := strings.TrimLeft(line, " ")
+		if utf8.RuneCountInString(line) <= width || strings.Contains(body, "  ") {
+			out.WriteString(line)
+			continue
+		}
+		indent := line[:len(line)-len(body)]
+		for j, l := range wrap(strings.Fields(line), " ", width-len(indent)-2) {
+			if j > 0 {
+				out.WriteString("\n  ")
+			}
+			out.WriteString(indent + l)
+		}
+	}
+	return out.String()
+}
+
+// textReport renders the text report, its tables fitted to width.
+func textReport(s *Summary, width int) Reporter {
 	return func(w io.Writer) error {
 		d := s.Doc()
 		e := &errWriter{w: w}
@@ -252,7 +298,7 @@ func NewTextReporterWidth(s *Summary, width int) Reporter {
 		if lineWidth <= 0 {
 			lineWidth = TextWidth
 		}
-		for i, l := range wrap(strings.Fields("epwindow report: "+trialsLine(d)), " ", lineWidth) {
+		for i, l := range wrap(strings.Fields("epwindow report: "+trialsLine(d)), " ", lineWidth-2) {
 			if i > 0 {
 				l = "  " + l
 			}
@@ -307,9 +353,15 @@ func NewTextReporterWidth(s *Summary, width int) Reporter {
 		if len(d.Deltas) > 0 {
 			table("stage to stage", d.Deltas, false)
 		}
-		e.printf("\nwindow = max(last_accept, last_request) − T0; ± is the largest error bound of a sample; ≥ marks a\nfloor from trials cut at the hold.\n")
+		e.printf("\n")
+		for i, l := range wrap(strings.Fields("window = max(last_accept, last_request) − T0; ± is the largest error bound of a sample; ≥ marks a floor from trials cut at the hold."), " ", lineWidth-2) {
+			if i > 0 {
+				l = "  " + l
+			}
+			e.printf("%s\n", l)
+		}
 		if l := maxLegend(d); l != "" {
-			for i, w := range wrap(strings.Fields(l), " ", lineWidth) {
+			for i, w := range wrap(strings.Fields(l), " ", lineWidth-2) {
 				if i == 0 {
 					e.printf("%s\n", w)
 				} else {
@@ -317,7 +369,7 @@ func NewTextReporterWidth(s *Summary, width int) Reporter {
 				}
 			}
 		}
-		for i, l := range wrap(strings.Fields(boundLegend(d)), " ", lineWidth) {
+		for i, l := range wrap(strings.Fields(boundLegend(d)), " ", lineWidth-2) {
 			if i == 0 {
 				e.printf("%s\n", l)
 			} else {

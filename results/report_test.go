@@ -289,3 +289,40 @@ func TestRunLineVersionNote(t *testing.T) {
 		}
 	}
 }
+
+// Every line of the text report fits its width: the tables fit
+// themselves, and the prose (footnotes, legends, their continuation lines
+// indented two columns) wraps inside the same width.
+func TestTextReportFitsItsWidth(t *testing.T) {
+	for _, name := range []string{"run.jsonl", "censored.jsonl", "interrupted.jsonl", "v1.jsonl"} {
+		s := load(t, name)
+		for _, width := range []int{80, 100} {
+			var b strings.Builder
+			if err := NewTextReporterWidth(s, width)(&b); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range strings.Split(b.String(), "\n") {
+				if n := utf8.RuneCountInString(l); n > width && !strings.Contains(strings.TrimLeft(l, " "), "  ") {
+					t.Errorf("%s at %d columns: a line of prose of %d: %q", name, width, n, l)
+				}
+			}
+		}
+	}
+}
+
+// FitLines wraps prose past the width under its own indent, and leaves
+// table rows (padded columns) and lines that fit alone.
+func TestFitLines(t *testing.T) {
+	in := "Long-lived connections (websocket, through the ingress-nginx-controller.ingress-nginx.svc.cluster.local ingress, --stream-drain 30s)\n" +
+		"  stage                      n       p50       p90       max     bound\n" +
+		"short line"
+	got := FitLines(in, 60)
+	want := "Long-lived connections (websocket, through the\n" +
+		"  ingress-nginx-controller.ingress-nginx.svc.cluster.local\n" +
+		"  ingress, --stream-drain 30s)\n" +
+		"  stage                      n       p50       p90       max     bound\n" +
+		"short line"
+	if got != want {
+		t.Errorf("FitLines:\n%s\nwant:\n%s", got, want)
+	}
+}

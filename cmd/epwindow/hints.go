@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/epwindow/epwindow/measure"
@@ -17,6 +18,18 @@ var reasonFlags = map[string]string{
 	results.ReasonSkewMissing:    "the probe served no load through --" + measure.FlagURL + " and its /clock could not be read",
 	results.ReasonUpstreamListed: "a controller still listed the pod when --" + measure.FlagHold + " ended the trial",
 	results.ReasonStreamsLogFull: "a stream holder logged more events than it keeps: fewer --" + measure.FlagStreams + " or --" + measure.FlagTrials + " a run",
+}
+
+// printHints writes the hints of s to w, each behind "epwindow CMD: " and
+// wrapped to width columns (<= 0: no limit), as the report above them is.
+func printHints(w io.Writer, cmd string, width int, s *results.Summary) {
+	for _, h := range hints(s) {
+		l := "epwindow " + cmd + ": " + h
+		if width > 0 {
+			l = results.FitLines(l, width)
+		}
+		fmt.Fprintln(w, l)
+	}
 }
 
 // hints are the lines the CLI prints after a report: the flag behind each

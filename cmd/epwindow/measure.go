@@ -350,9 +350,7 @@ func runMeasure(c *cli.Context) error {
 			return cli.Exit("epwindow measure: render report: "+err.Error(), exitFailure)
 		}
 		fmt.Fprintf(c.App.Writer, "\nresults: %s  (epwindow report --format markdown %s)\n", outPath, outPath)
-		for _, h := range hints(sum) {
-			fmt.Fprintf(c.App.ErrWriter, "epwindow measure: %s\n", h)
-		}
+		printHints(c.App.ErrWriter, "measure", textWidth(c, c.App.ErrWriter), sum)
 		if runErr == nil {
 			if code, err := gate(c.App.Writer, textWidth(c, c.App.Writer), sum, thresholds, baseline); err != nil {
 				return cli.Exit("epwindow measure: "+err.Error(), code)

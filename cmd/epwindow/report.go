@@ -164,7 +164,11 @@ func runReport(c *cli.Context) error {
 		return cli.Exit("epwindow report: "+err.Error(), exitUsage)
 	}
 	if file.Interrupted() {
-		fmt.Fprintf(c.App.ErrWriter, "epwindow report: %s: the run was interrupted; reporting its %d finished trials\n", path, len(file.Trials))
+		msg := fmt.Sprintf("epwindow report: %s: the run was interrupted; reporting its %d finished trials", path, len(file.Trials))
+		if w := textWidth(c, c.App.ErrWriter); w > 0 {
+			msg = results.FitLines(msg, w)
+		}
+		fmt.Fprintln(c.App.ErrWriter, msg)
 	}
 	sum := results.Summarize(file, opts)
 	render := newReporter(sum)
@@ -180,8 +184,6 @@ func runReport(c *cli.Context) error {
 			return cli.Exit("epwindow report: "+err.Error(), exitFailure)
 		}
 	}
-	for _, h := range hints(sum) {
-		fmt.Fprintf(c.App.ErrWriter, "epwindow report: %s\n", h)
-	}
+	printHints(c.App.ErrWriter, "report", textWidth(c, c.App.ErrWriter), sum)
 	return nil
 }

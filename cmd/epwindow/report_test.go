@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/epwindow/epwindow/results"
 )
 
 // Results files and golden reports of the results package, rendered there
@@ -166,8 +169,15 @@ func TestExitCodes(t *testing.T) {
 			} else if err != nil {
 				t.Fatal(err)
 			}
-			if code != tt.code || !strings.Contains(stderr.String(), tt.stderr) {
+			// Messages are wrapped to 100 columns (stderr is no terminal
+			// here): read them unwrapped, and none past the width.
+			if code != tt.code || !strings.Contains(strings.ReplaceAll(stderr.String(), "\n  ", " "), tt.stderr) {
 				t.Errorf("epwindow %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tt.args, " "), code, stderr.String(), tt.code, tt.stderr)
+			}
+			for _, l := range strings.Split(stderr.String(), "\n") {
+				if n := utf8.RuneCountInString(l); n > results.TextWidth && strings.HasPrefix(tt.args[0], "report") {
+					t.Errorf("epwindow %s: a line of %d columns on stderr: %q", strings.Join(tt.args, " "), n, l)
+				}
 			}
 		})
 	}
