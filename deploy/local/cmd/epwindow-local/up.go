@@ -95,10 +95,12 @@ type upConfig struct {
 func (c upConfig) skipper() bool { return c.Ingress != ingressTraefik }
 func (c upConfig) traefik() bool { return c.Ingress != ingressSkipper }
 
-func parseUp(args []string) (upConfig, error) {
+// upFlags defines up's flags on a new FlagSet, parsed into c, --ballast's
+// text into ballast (parseUp reads it). The one list of the flags: parseUp
+// parses with it and upHelp prints it, so the help cannot go stale.
+func upFlags(c *upConfig, ballast *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var c upConfig
 	fs.StringVar(&c.Dir, flagDir, "", "directory for kubeconfigs, credentials, etcd data and logs (required)")
 	fs.IntVar(&c.Nodes, flagNodes, 2, "number of nodes the node agent registers")
 	fs.DurationVar(&c.BatchPeriod, flagBatchPeriod, 0, "EndpointSlice controller's --endpointslice-updates-batch-period")
@@ -117,13 +119,22 @@ func parseUp(args []string) (upConfig, error) {
 	fs.DurationVar(&c.HAProxyResolve, flagHAProxyResolve, time.Second, "HAProxy's timeout resolve: how often it asks CoreDNS again (HAProxy's default 1s)")
 	fs.BoolVar(&c.DNSCacheCluster, flagDNSCacheAll, false, "let CoreDNS cache the cluster domain's answers too (kubeadm's Corefile does not)")
 	fs.IntVar(&c.Volumes, flagVolumes, 2, "hostPath PersistentVolumes (10Gi, no storage class) for claims to bind to, under DIR/volumes, removed at teardown")
-	ballast := fs.String(flagBallast, "", "SERVICES[xENDPOINTS]: extra selector-less Services with ENDPOINTS (default 5) addresses no pod holds, each with an Ingress of the running class")
+	fs.StringVar(ballast, flagBallast, "", "add `SERVICES[xENDPOINTS]`: SERVICES extra selector-less Services, each with ENDPOINTS (default 5) addresses no pod holds and an Ingress of the running class")
 	fs.Float64Var(&c.Churn, flagChurn, 0, "ballast endpoint readiness changes a second, written steadily while the cluster runs (needs --ballast)")
+	return fs
+}
+
+// parseUp turns up's arguments into a validated upConfig; --help (or -h)
+// is flag.ErrHelp.
+func parseUp(args []string) (upConfig, error) {
+	var c upConfig
+	var ballast string
+	fs := upFlags(&c, &ballast)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	var err error
-	if c.Ballast, err = parseBallast(*ballast); err != nil {
+	if c.Ballast, err = parseBallast(ballast); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {

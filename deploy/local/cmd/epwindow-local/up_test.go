@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"flag"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +103,37 @@ func TestParseUpRejects(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: error %v, want one naming %s", tt.args, err, tt.want)
 		}
+	}
+}
+
+// Every flag up defines is in `up --help`, with its default when it has one
+// (a switch's false and an empty text are none: the meaning says).
+func TestUpHelpShowsEveryFlag(t *testing.T) {
+	var help bytes.Buffer
+	upHelp(&help)
+	n := 0
+	upFlags(&upConfig{}, new(string)).VisitAll(func(f *flag.Flag) {
+		n++
+		entry := regexp.MustCompile(`(?m)^  --` + regexp.QuoteMeta(f.Name) + `( .*)?\n(      .*\n)+`).FindString(help.String())
+		if entry == "" {
+			t.Errorf("--%s is not in the help:\n%s", f.Name, help.String())
+			return
+		}
+		if f.DefValue != "" && f.DefValue != "false" && !strings.Contains(entry, "(default "+f.DefValue+")") {
+			t.Errorf("--%s: %q does not give its default %s", f.Name, entry, f.DefValue)
+		}
+	})
+	if n < 20 {
+		t.Errorf("only %d flags defined", n)
+	}
+	example := regexp.MustCompile(`(?m)^\s*epwindow-local up (--dir .*)$`).FindStringSubmatch(help.String())
+	if example == nil {
+		t.Fatalf("no example in the help:\n%s", help.String())
+	}
+	if _, err := parseUp(append(strings.Fields(example[1]), "--bin-dir", "/b")); err != nil {
+		t.Errorf("the help's example %q: %v", example[0], err)
+	}
+	if _, err := parseUp([]string{"--help"}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("--help: %v, want flag.ErrHelp (main prints the help, exit 0)", err)
 	}
 }
