@@ -281,8 +281,15 @@ func (c *Config) Validate() error {
 		switch {
 		case math.IsNaN(c.GRPCDNSRate) || c.GRPCDNSRate < 0 || c.GRPCDNSRate > load.MaxRate:
 			add("--%s (%g) must be above 0 and at most %d calls per second", FlagGRPCDNSRate, c.GRPCDNSRate, load.MaxRate)
-		case !c.DNS || c.DNSOptions.Name != "":
-			add("--%s needs --%s and the run's own headless Service (no --%s): the gRPC client resolves it", FlagGRPCDNSRate, FlagDNS, upstream.FlagDNSName)
+		case !c.DNS:
+			add("--%s needs --%s: the gRPC client resolves the run's own headless Service", FlagGRPCDNSRate, FlagDNS)
+		case c.DNSOptions.Name != "":
+			// The client calls the probe's gRPC port at the addresses of
+			// the run's own headless Service; --dns-name names another
+			// (HAProxy's, from up --haproxy), whose pods the run does not
+			// set up for gRPC.
+			add("--%s resolves the run's own headless Service, and --%s %s names another: time HAProxy's path with --%s alone, and the gRPC client in a run of its own without it (epwindow measure --%s --%s ADDR --%s %g)",
+				FlagGRPCDNSRate, upstream.FlagDNSName, c.DNSOptions.Name, upstream.FlagDNSName, FlagDNS, upstream.FlagDNSServer, FlagGRPCDNSRate, c.GRPCDNSRate)
 		case len(c.DNSOptions.Servers) == 0 && c.InClusterLoad == 0:
 			add("--%s needs --%s (a gRPC client here, asking that server: the kube-dns pods are reached by port-forward, which grpc-go's resolver cannot use) or --%s (gRPC clients in the runners, asking the cluster DNS)", FlagGRPCDNSRate, upstream.FlagDNSServer, FlagInClusterLoad)
 		}

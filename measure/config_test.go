@@ -36,6 +36,9 @@ func TestConfigValidate(t *testing.T) {
 		{"publish not ready with --dns", func(c *Config) { c.DNS, c.DNSPublishNotReady = true, true }, ""},
 		{"grpc without --dns", func(c *Config) { c.GRPCDNSRate = 10 }, "--grpc-dns-rate needs --dns"},
 		{"grpc without a server", func(c *Config) { c.DNS, c.GRPCDNSRate = true, 10 }, "--grpc-dns-rate needs --dns-server"},
+		{"grpc beside HAProxy's name", func(c *Config) {
+			c.DNS, c.GRPCDNSRate, c.DNSOptions.Name, c.DNSOptions.Servers = true, 10, "haproxy-backends.epwindow", []string{"10.96.0.10"}
+		}, "time HAProxy's path with --dns-name alone, and the gRPC client in a run of its own without it (epwindow measure --dns --dns-server ADDR --grpc-dns-rate 10)"},
 		{"grpc in the runners", func(c *Config) { c.DNS, c.GRPCDNSRate, c.InClusterLoad, c.InClusterRate = true, 10, 1, 10 }, ""},
 		{"grpc with a server", func(c *Config) {
 			c.DNS, c.GRPCDNSRate, c.DNSOptions.Servers = true, 10, []string{"10.96.0.10"}

@@ -149,3 +149,45 @@ func TestDNSListedTrialsAreFloors(t *testing.T) {
 		}
 	}
 }
+
+// A gRPC DNS client's failed calls are counted and shown, a line per
+// client, never "none" when it failed: the tool's client's and the
+// runners' apart, in the text report, the Markdown and the JSON summary,
+// with the cause and what prevents it among the caveats.
+func TestGRPCClientFailuresAreReported(t *testing.T) {
+	ms := time.Millisecond
+	h := &Header{GRPCDNS: &GRPCDNS{Target: "dns://10.244.0.1:53/probe.ns.svc.cluster.local:8081", RunnerTarget: "dns:///probe.ns.svc.cluster.local:8081", Rate: 50}}
+	s := NewSummary(h, Options{})
+	for i := range 6 {
+		r := trial(i+1, 50*ms, 50*ms+time.Second)
+		r.GRPC = &GRPCTrial{End: GRPCEndGoaway}
+		r.Runners = []Runner{{Pod: "runner-0", GRPC: &GRPCTrial{End: GRPCEndGoaway}}}
+		if i >= 3 {
+			r.GRPC.Failures = map[string]int{"unavailable": 40}
+			r.Runners[0].GRPC.Failures = map[string]int{"unavailable": 7}
+		}
+		s.Add(r)
+	}
+	s.Close()
+	d := s.Doc()
+	if d.GRPCFailures["unavailable"] != 120 || d.RunnerGRPCFailures["unavailable"] != 21 {
+		t.Fatalf("gRPC failures %v, runners' %v; want 120 and 21 unavailable", d.GRPCFailures, d.RunnerGRPCFailures)
+	}
+	var text, md, js strings.Builder
+	for w, r := range map[*strings.Builder]Reporter{&text: NewTextReporter(s), &md: NewMarkdownReporter(s), &js: NewJSONReporter(s)} {
+		if err := r(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"gRPC DNS client failures (this machine's): all trials unavailable 120", "gRPC DNS client failures (the runners'): all trials unavailable 21", "MinResolutionInterval", "minReadySeconds"} {
+		if !strings.Contains(strings.Join(strings.Fields(text.String()), " "), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+	if !strings.Contains(md.String(), "GRPC DNS client failures (this machine's): all trials unavailable 120") {
+		t.Errorf("markdown lacks the client's failures:\n%s", md.String())
+	}
+	if !strings.Contains(js.String(), `"grpc_failures"`) || !strings.Contains(js.String(), `"runner_grpc_failures"`) {
+		t.Errorf("JSON summary lacks the gRPC failures:\n%s", js.String())
+	}
+}

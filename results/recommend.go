@@ -295,6 +295,9 @@ func (s *Summary) Caveats() []string {
 	} else {
 		out = append(out, "No trial with valid probe-clock stages recorded both the traffic end and a termination signal (prestop_called or sigterm): no recommendation.")
 	}
+	if n := sumCounts(d.GRPCFailures) + sumCounts(d.RunnerGRPCFailures); n > 0 {
+		out = append(out, GRPCFailuresCause(n))
+	}
 	if d.Censored > 0 {
 		out = append(out, fmt.Sprintf("%s ran into the hold: censored, counted in n and in every quantile as at least what was seen (≥).",
 			plural(d.Censored, "trial", "trials")))
@@ -361,4 +364,25 @@ func (s *Summary) worstResolution() (time.Duration, string) {
 		}
 	}
 	return worst, name
+}
+
+// GRPCFailuresCause explains n failed calls of a gRPC DNS client (grpc-go's
+// dns resolver and round_robin): what made them, and what prevents them.
+// grpc-go asks DNS again only when the balancer sees a connection lost
+// (ccBalancerWrapper.ResolveNow, balancer_wrapper.go), and at most every
+// MinResolutionInterval, 30 s (internal/resolver/dns/dns_resolver.go,
+// watcher): a client whose every known address was deleted within that
+// floor has no backend until its next answer, whatever the preStop.
+func GRPCFailuresCause(n int) string {
+	return fmt.Sprintf("A gRPC DNS client failed %s: grpc-go's dns resolver asks DNS again only when a connection is lost, and at most every 30 s (MinResolutionInterval), so once successive deletions had removed every address it knew, it had no backend until its next answer. The preStop does not prevent this: the rollout's pace does. Replace pods no faster than the client re-resolves (minReadySeconds of 30 s or more with maxUnavailable 0, so each new pod has been in DNS for a resolution before the next old one goes; a small maxSurge), or resolve through a proxy or xDS that follows EndpointSlices (docs/dns.md).",
+		plural(n, "call", "calls"))
+}
+
+// sumCounts is the total of a count by kind.
+func sumCounts(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

@@ -173,6 +173,25 @@ func failuresLine(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
+// grpcFailureLines are the gRPC DNS clients' failures, a line per client
+// that ran (the header names its target, or it failed calls): "none" only
+// when it failed no call.
+func (s *Summary) grpcFailureLines() []string {
+	d := s.Doc()
+	var g GRPCDNS
+	if s.Header != nil && s.Header.GRPCDNS != nil {
+		g = *s.Header.GRPCDNS
+	}
+	var out []string
+	if g.Target != "" || len(d.GRPCFailures) > 0 {
+		out = append(out, "gRPC DNS client failures (this machine's): all trials "+failuresLine(d.GRPCFailures))
+	}
+	if g.RunnerTarget != "" || len(d.RunnerGRPCFailures) > 0 {
+		out = append(out, "gRPC DNS client failures (the runners'): all trials "+failuresLine(d.RunnerGRPCFailures))
+	}
+	return out
+}
+
 // cell renders a distribution's p-percentile (1 for the maximum) ns, "≥"
 // when it is a censored trial's floor, "max" when there are too few trials
 // for it to be anything but the largest (see maxLegend).
@@ -377,6 +396,9 @@ func textReport(s *Summary, width int) Reporter {
 			}
 		}
 		e.printf("client failures: valid trials %s; all trials %s\n", failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
+		for _, l := range s.grpcFailureLines() {
+			e.printf("%s\n", l)
+		}
 		if len(d.Paths) > 0 {
 			cols, rows := pathRows(d)
 			e.printf("\npaths side by side (offsets from T0 unless noted)\n")
@@ -523,6 +545,9 @@ func NewMarkdownReporter(s *Summary) Reporter {
 		}
 		e.printf("`window` is the last new traffic the pod received (max of `last_accept`, `last_request`) after T0; ≥ marks a floor from trials cut at the hold. %s%s Client failures: valid trials %s; all trials %s.\n\n",
 			withSpace(maxLegend(d)), boundLegend(d), failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
+		for _, l := range s.grpcFailureLines() {
+			e.printf("%s.\n\n", strings.ToUpper(l[:1])+l[1:])
+		}
 		if len(d.Paths) > 0 {
 			cols, rows := pathRows(d)
 			header := make([]string, len(cols))

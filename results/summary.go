@@ -152,6 +152,14 @@ func (s *Summary) Close() {
 		d.countReasons(r)
 		d.ClientFailuresAll = AddCounts(d.ClientFailuresAll, r.ClientFailures)
 		d.ClusterFailures = AddCounts(d.ClusterFailures, r.ClusterFailures)
+		if r.GRPC != nil {
+			d.GRPCFailures = AddCounts(d.GRPCFailures, r.GRPC.Failures)
+		}
+		for _, rn := range r.Runners {
+			if rn.GRPC != nil {
+				d.RunnerGRPCFailures = AddCounts(d.RunnerGRPCFailures, rn.GRPC.Failures)
+			}
+		}
 		if r.Valid {
 			d.Valid++
 			d.ClientFailures = AddCounts(d.ClientFailures, r.ClientFailures)
@@ -420,6 +428,14 @@ type SummaryDoc struct {
 	// the deleted pod, how the connection of its last call ended
 	// (GRPCTrial.End).
 	GRPCEnds map[string]int `json:"grpc_ends,omitempty"`
+	// GRPCFailures are the failed calls of the tool's gRPC DNS client
+	// (measure --grpc-dns-rate with --dns-server) in every trial, by kind;
+	// RunnerGRPCFailures those of the in-cluster runners' gRPC clients.
+	// Each is its own client: a run whose window is fine can still see a
+	// DNS client fail every call once deletions outpaced its resolutions
+	// (GRPCFailuresCause).
+	GRPCFailures       map[string]int `json:"grpc_failures,omitempty"`
+	RunnerGRPCFailures map[string]int `json:"runner_grpc_failures,omitempty"`
 }
 
 // InvalidSorted lists the reason codes, most frequent first.
