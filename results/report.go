@@ -21,6 +21,7 @@ var Reporters = map[string]func(*Summary) Reporter{
 	"json":     NewJSONReporter,
 	"csv":      NewCSVReporter,
 	"perfdata": NewPerfDataReporter,
+	"svg":      NewWaterfallReporter,
 }
 
 // ReporterNames are the keys of Reporters, sorted.
@@ -475,7 +476,12 @@ func textReport(s *Summary, width int) Reporter {
 // NewMarkdownReporter renders a self-contained section for platform docs:
 // the run, the tables, the recommended settings with their formula, and the
 // caveats.
-func NewMarkdownReporter(s *Summary) Reporter {
+func NewMarkdownReporter(s *Summary) Reporter { return NewMarkdownReporterWith(s, "") }
+
+// NewMarkdownReporterWith is NewMarkdownReporter linking the run's
+// waterfall picture at picture (its path as the Markdown links it; "":
+// none) under the title.
+func NewMarkdownReporterWith(s *Summary, picture string) Reporter {
 	return func(w io.Writer) error {
 		d := s.Doc()
 		h := s.Header
@@ -488,6 +494,9 @@ func NewMarkdownReporter(s *Summary) Reporter {
 			title += " through " + h.Ingress.named(h.Ingress.Controller, true)
 		}
 		e.printf("## %s\n\n", title)
+		if picture != "" {
+			e.printf("![The deletion waterfall: each trial's stages after the deletion, and the window's CDF with its bound and the recommended preStop](%s)\n\n", picture)
+		}
 		e.printf("How long a deleted pod still receives new traffic, measured with epwindow by deleting one probe pod at a time and timing every stage")
 		if h != nil && !h.StartedAt.IsZero() {
 			e.printf(" on %s", h.StartedAt.UTC().Format("2006-01-02"))

@@ -3,8 +3,11 @@ package results
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -324,5 +327,60 @@ func TestFitLines(t *testing.T) {
 		"short line"
 	if got != want {
 		t.Errorf("FitLines:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// The waterfall of a run, as a golden SVG (deterministic for one input),
+// within 200 kB for 60 trials, its text at least 10 px.
+func TestWaterfallSVG(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteWaterfallSVG(&b, load(t, "run.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "run.waterfall.svg", b.Bytes())
+	var again bytes.Buffer
+	if err := WriteWaterfallSVG(&again, load(t, "run.jsonl")); err != nil || !bytes.Equal(again.Bytes(), b.Bytes()) {
+		t.Errorf("a second drawing of the same run differs (%v)", err)
+	}
+}
+
+// The waterfall at the sizes people run and beyond: 60 trials within
+// 200 kB, every text at least 10 px; 1,000 trials thinned to
+// WaterfallLanes lanes with a note saying so; a run without a trial is an
+// error, not a broken file.
+func TestWaterfallSizes(t *testing.T) {
+	for _, n := range []int{60, 1000} {
+		spec := synthSpec{seed: uint64(n), trials: n, poll: 3 * time.Second}
+		s := NewSummary(synthHeader(spec), Options{})
+		for _, r := range synthTrials(spec) {
+			s.Add(&r)
+		}
+		s.Close()
+		var b bytes.Buffer
+		if err := WriteWaterfallSVG(&b, s); err != nil {
+			t.Fatal(err)
+		}
+		svg := b.String()
+		t.Logf("%d trials: %d bytes", n, b.Len())
+		if n == 60 && b.Len() > 200<<10 {
+			t.Errorf("%d trials: %d bytes, want at most 200 kB", n, b.Len())
+		}
+		if strings.Contains(svg, fmt.Sprintf("%d of %d trials", WaterfallLanes, n)) != (n > WaterfallLanes) {
+			t.Errorf("%d trials: the thinning note is missing or out of place", n)
+		}
+		for _, m := range regexp.MustCompile(`font-size:([0-9.]+)px`).FindAllStringSubmatch(svg, -1) {
+			if v, _ := strconv.ParseFloat(m[1], 64); v < 10 {
+				t.Errorf("%d trials: text of %spx, want at least 10", n, m[1])
+			}
+		}
+		if !strings.HasSuffix(strings.TrimSpace(svg), "</svg>") {
+			t.Errorf("%d trials: the SVG is not closed", n)
+		}
+	}
+	empty := NewSummary(&Header{}, Options{})
+	empty.Close()
+	var b bytes.Buffer
+	if err := WriteWaterfallSVG(&b, empty); err != nil || !strings.Contains(b.String(), "no trial to draw") || !strings.HasSuffix(strings.TrimSpace(b.String()), "</svg>") {
+		t.Errorf("a run without trials: %v, want a whole picture saying so:\n%s", err, b.String())
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -233,12 +234,18 @@ func serveHistory(c *cli.Context, addr string, d *results.Drift, o results.Drift
 
 // writeChart writes the history's SVG chart to path, whole or not at all.
 func writeChart(path string, d *results.Drift, documented time.Duration) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".chart-*.svg")
+	return writeFileWhole(path, func(w io.Writer) error { return results.WriteDriftChartSVG(w, d, documented) })
+}
+
+// writeFileWhole writes what render renders to path, whole or not at all:
+// into a temporary file beside it, renamed over it once complete.
+func writeFileWhole(path string, render results.Reporter) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".epwindow-*"+filepath.Ext(path))
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if err := results.WriteDriftChartSVG(tmp, d, documented); err != nil {
+	if err := render(tmp); err != nil {
 		tmp.Close()
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 // Flags of report (and compare).
 const (
 	flagFormat              = "format"
+	flagSVG                 = "svg"
 	flagPlot                = "plot"
 	flagMargin              = "margin"
 	flagHeadroom            = "headroom"
@@ -26,13 +27,15 @@ const (
 func reportCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "report",
-		Usage:     "render a results file again (text, markdown, json, csv, perfdata) without a cluster",
+		Usage:     "render a results file again (text, markdown, json, csv, perfdata, svg) without a cluster",
 		ArgsUsage: "RESULTS",
 		UsageText: `epwindow report epwindow-20261129-180000.jsonl
    epwindow report --format markdown run.jsonl >> docs/platform/termination.md
    epwindow report --plot run.jsonl
    epwindow report --drain 30s --deregistration-delay 15s run.jsonl   # recommend for your app and LB
    cat run.jsonl | epwindow report --format perfdata -
+   epwindow report --format svg run.jsonl > run.svg                   # the deletion waterfall
+   epwindow report --format markdown --svg run.svg run.jsonl > run.md  # Markdown linking the waterfall
    epwindow report --format markdown --chart window-trend.svg runs/   # a folder: the history's trend`,
 		Description: `Reads a results file written by "epwindow measure" (JSON lines) or by "report --format csv"
 (the format is detected; "-" reads standard input), recomputes the percentiles from its trials and
@@ -41,7 +44,8 @@ it finished, and says so. The bootstrap is seeded: the same file always renders 
 A folder of results files is a history of runs: report renders it as "epwindow history" does
 (text, markdown with --chart, or json).`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, markdown, json, csv or perfdata (ClusterLoader2 PerfData)"},
+			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, markdown, json, csv, perfdata (ClusterLoader2 PerfData) or svg (the deletion waterfall)"},
+			&cli.StringFlag{Name: flagSVG, Usage: "with --format markdown: also write the deletion waterfall to this SVG file and link it (the path as given: relative to the Markdown's folder)", TakesFile: true},
 			&cli.BoolFlag{Name: flagPlot, Usage: "add terminal charts (text format): the CDF of the window and each stage per trial"},
 			wideFlag(),
 			chartFlag(),
@@ -151,6 +155,9 @@ func runReport(c *cli.Context) error {
 	if !ok {
 		return cli.Exit(fmt.Sprintf("epwindow report: --%s %q: want one of %s", flagFormat, format, strings.Join(results.ReporterNames(), ", ")), exitUsage)
 	}
+	if c.String(flagSVG) != "" && format != "markdown" {
+		return cli.Exit(fmt.Sprintf("epwindow report: --%s needs --%s markdown (the picture is linked from it; --%s svg writes it alone)", flagSVG, flagFormat, flagFormat), exitUsage)
+	}
 	if c.Bool(flagPlot) && format != "text" {
 		return cli.Exit(fmt.Sprintf("epwindow report: --%s draws terminal charts: use it with --%s text", flagPlot, flagFormat), exitUsage)
 	}
@@ -172,8 +179,15 @@ func runReport(c *cli.Context) error {
 	}
 	sum := results.Summarize(file, opts)
 	render := newReporter(sum)
-	if format == "text" {
+	switch {
+	case format == "text":
 		render = results.NewTextReporterWidth(sum, textWidth(c, c.App.Writer))
+	case c.String(flagSVG) != "":
+		picture := c.String(flagSVG)
+		if err := writeFileWhole(picture, results.NewWaterfallReporter(sum)); err != nil {
+			return cli.Exit(fmt.Sprintf("epwindow report: --%s %s: %v", flagSVG, picture, err), exitUsage)
+		}
+		render = results.NewMarkdownReporterWith(sum, picture)
 	}
 	if err := render(c.App.Writer); err != nil {
 		return cli.Exit("epwindow report: "+err.Error(), exitFailure)

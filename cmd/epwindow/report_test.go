@@ -191,3 +191,25 @@ func TestCompareExitCoder(t *testing.T) {
 		t.Errorf("err = %v, want exit code %d", err, exitThreshold)
 	}
 }
+
+// The waterfall from the command line: --format svg on standard output;
+// --format markdown --svg writes the picture whole and links it; --svg
+// without markdown is bad input naming both flags.
+func TestReportWaterfall(t *testing.T) {
+	out, err := runApp(t, "report", "--format", "svg", testdata("run.jsonl"))
+	if err != nil || !strings.HasPrefix(out, "<?xml") || !strings.Contains(out, "Deletion waterfall") {
+		t.Fatalf("report --format svg: %v\n%.200s", err, out)
+	}
+	pic := filepath.Join(t.TempDir(), "run.svg")
+	out, err = runApp(t, "report", "--format", "markdown", "--svg", pic, testdata("run.jsonl"))
+	if err != nil || !strings.Contains(out, "]("+pic+")") {
+		t.Fatalf("report --format markdown --svg: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(pic); err != nil || !strings.HasSuffix(strings.TrimSpace(string(b)), "</svg>") {
+		t.Errorf("the picture %s: %v, %d bytes, not a whole SVG", pic, err, len(b))
+	}
+	_, err = runApp(t, "report", "--svg", pic, testdata("run.jsonl"))
+	if code := exitCode(err); code != exitUsage || !strings.Contains(err.Error(), "--svg needs --format markdown") {
+		t.Errorf("--svg without markdown: exit %d (%v), want %d naming the flags", code, err, exitUsage)
+	}
+}
