@@ -6,7 +6,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 # Build outputs and caches live in gitignored folders.
 BIN      := bin
 
-.PHONY: build install deps check-fresh test fmt-check vet bench image demo
+.PHONY: build install deps check-fresh test test-e2e fmt-check vet bench image demo
 
 # GOBUILD builds every binary the demo runs: one set of flags, so that Go's
 # build cache shares the packages they have in common (see K8S_VERSION).
@@ -173,22 +173,55 @@ vet:
 SIMULATIONS := ^(TestComparePowerTable|TestCompareCutTrialsTable|TestDriftFalseAlarms|TestDriftCatchesSlowMode)$$
 UNIT := $$($(GO) list ./... | grep -v /e2e)
 E2E  := $$($(GO) list ./... | grep /e2e)
+# The e2e phases' flags; make test-e2e runs one package with them.
+E2E_FLAGS       := -race -p 2 -count=1 -timeout 40m
+LOCAL_E2E_FLAGS := -race -p 1 -count=1 -timeout 30m
 PHASES := $(BIN)/test-phases.txt
 T := hack/timed.sh $(PHASES)
-test: deps
-	@mkdir -p $(BIN) && rm -f $(PHASES)
+# Each go test runs with -json through bin/testtimes (hack/testtimes),
+# which saves the stream to $(TEST_JSON)/PHASE.json, prints what plain go
+# test would (a line per package, build errors, every failed test's whole
+# output) and exits with go test's status. At the end, `testtimes summary`
+# prints each test package's wall time, slowest first, and for an e2e
+# package its wait for the cluster lock, cluster start, tests and stop
+# (docs/benchmarks.md says how to read it). $(call TT,PHASE) is the
+# wrapper; it takes absolute paths, as some phases cd into a module.
+TEST_JSON := $(BIN)/test-json
+TT = $(CURDIR)/$(BIN)/testtimes run -o $(CURDIR)/$(TEST_JSON)/$(1).json --
+$(BIN)/testtimes: $(wildcard hack/testtimes/*.go)
+	$(GO) build -o $@ ./hack/testtimes
+test: deps $(BIN)/testtimes
+	@mkdir -p $(BIN) $(TEST_JSON) && rm -f $(PHASES) $(TEST_JSON)/*.json
 	@$(T) fmt-check $(MAKE) --no-print-directory fmt-check
 	@$(T) vet $(MAKE) --no-print-directory vet
 	@$(T) build $(MAKE) --no-print-directory build
-	@$(T) unit $(GO) test -race -count=1 -timeout 20m -skip '$(SIMULATIONS)' $(UNIT)
-	@$(T) simulations $(GO) test -count=1 -run '$(SIMULATIONS)' ./results/
-	@$(T) unit-localcluster sh -c 'cd internal/localcluster && $(GO) test -race -count=1 ./...'
+	@$(T) unit $(call TT,unit) $(GO) test -json -race -count=1 -timeout 20m -skip '$(SIMULATIONS)' $(UNIT)
+	@$(T) simulations $(call TT,simulations) $(GO) test -json -count=1 -run '$(SIMULATIONS)' ./results/
+	@$(T) unit-localcluster sh -c 'cd internal/localcluster && $(call TT,unit-localcluster) $(GO) test -json -race -count=1 ./...'
 	@$(T) cluster $(MAKE) --no-print-directory -j2 cluster
-	@$(T) local-unit sh -c 'cd deploy/local && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(GO) test -trimpath -count=1 $(LOCAL_NORACE_PKGS)'
+	@$(T) local-unit sh -c 'cd deploy/local && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(call TT,local-unit) $(GO) test -json -trimpath -count=1 $(LOCAL_NORACE_PKGS)'
 	@$(T) check-fresh hack/check-fresh.sh
-	@$(T) e2e $(GO) test -race -p 2 -count=1 -timeout 40m $(E2E)
-	@$(T) local-e2e sh -c 'cd deploy/local && $(GO) test -race -p 1 -count=1 -timeout 30m $(LOCAL_TEST_PKGS)'
+	@$(T) e2e $(call TT,e2e) $(GO) test -json $(E2E_FLAGS) $(E2E)
+	@$(T) local-e2e sh -c 'cd deploy/local && $(call TT,local-e2e) $(GO) test -json $(LOCAL_E2E_FLAGS) $(LOCAL_TEST_PKGS)'
+	@$(BIN)/testtimes summary $(TEST_JSON)/*.json
 	@hack/timed.sh --table $(PHASES)
+
+# test-e2e runs one e2e package as make test's e2e phase does (its flags,
+# the JSON stream in $(TEST_JSON)/test-e2e.json, the per-package table):
+# make test-e2e PKG=./measure/e2e/dns. A package under ./deploy/local/ runs
+# in that module with the local-e2e phase's flags. It builds what the
+# tests run first: bin/epwindow and the local cluster.
+PKG ?=
+test-e2e: deps $(BIN)/testtimes
+	@test -n '$(PKG)' || { echo 'make test-e2e PKG=./measure/e2e/dns: name the e2e package to run'; exit 2; }
+	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory -j2 cluster
+	@mkdir -p $(TEST_JSON)
+	@p='$(PKG)'; case "$$p" in \
+	./deploy/local/*|deploy/local/*) cd deploy/local && $(call TT,test-e2e) $(GO) test -json $(LOCAL_E2E_FLAGS) "./$${p#*deploy/local/}" ;; \
+	*) $(call TT,test-e2e) $(GO) test -json $(E2E_FLAGS) $$p ;; \
+	esac
+	@$(BIN)/testtimes summary $(TEST_JSON)/test-e2e.json
 
 # bench prints the figures from one run on this machine:
 # the load generator against vegeta at equal rate and connections

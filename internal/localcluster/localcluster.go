@@ -291,6 +291,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 		return nil, err
 	}
 	o = o.withDefaults()
+	asked := time.Now()
 	lock, err := flock.Acquire(ctx, LockFile, nil)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -303,6 +304,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 			lock.Close()
 		}
 	}()
+	locked := time.Now()
 	c := &Cluster{Dir: o.Dir, done: make(chan struct{}), lock: lock}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "epwindow-local-"); err != nil {
@@ -374,7 +376,28 @@ func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 		c.Stop()
 		return nil, fmt.Errorf("client for %s: %w", c.Kubeconfig, err)
 	}
+	logTiming("lock_wait=%s start=%s", locked.Sub(asked), time.Since(locked))
 	return c, nil
+}
+
+// TimingPrefix starts the lines a test binary's Start and Shutdown write to
+// stderr: how long it waited for the machine lock (another package's
+// cluster), started its cluster and stopped it. hack/testtimes reads them
+// from `go test -json` to split an e2e package's wall time into waiting,
+// cluster start, its tests and stop; go test shows them only with -v or
+// -json, or when the package fails.
+const TimingPrefix = "localcluster-timing:"
+
+// logTiming writes one TimingPrefix line, in test binaries only.
+func logTiming(format string, d ...time.Duration) {
+	if !testing.Testing() {
+		return
+	}
+	args := make([]any, len(d))
+	for i, v := range d {
+		args[i] = v.Round(time.Millisecond)
+	}
+	fmt.Fprintf(os.Stderr, TimingPrefix+" "+format+"\n", args...)
 }
 
 // parseReady reads "READY kubeconfig=P [ingress=U routes=U] [traefik=U
@@ -465,6 +488,8 @@ func (c *Cluster) Shutdown() error {
 	select {
 	case <-c.done:
 	default:
+		began := time.Now()
+		defer func() { logTiming("stop=%s", time.Since(began)) }()
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 		t := time.NewTimer(90 * time.Second)
 		defer t.Stop()
