@@ -22,6 +22,7 @@ var Reporters = map[string]func(*Summary) Reporter{
 	"csv":      NewCSVReporter,
 	"perfdata": NewPerfDataReporter,
 	"svg":      NewWaterfallReporter,
+	"html":     NewHTMLReporter,
 }
 
 // ReporterNames are the keys of Reporters, sorted.

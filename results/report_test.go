@@ -384,3 +384,47 @@ func TestWaterfallSizes(t *testing.T) {
 		t.Errorf("a run without trials: %v, want a whole picture saying so:\n%s", err, b.String())
 	}
 }
+
+// The HTML report is one self-contained page: no script, no external URL
+// (the inline SVG keeps no namespace URIs), the picture inline, and the
+// numbers the text report prints: the recommended preStop and each
+// stage's p50.
+func TestHTMLReport(t *testing.T) {
+	s := load(t, "run.jsonl")
+	var b bytes.Buffer
+	if err := NewHTMLReporter(s)(&b); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	checkSelfContained(t, "run", page)
+	r := s.Doc().Recommendation
+	if !strings.Contains(page, fmt.Sprintf("seconds: %d", r.PreStopSeconds)) || !strings.Contains(page, "<svg") {
+		t.Errorf("the page lacks the recommendation or the picture")
+	}
+	for _, d := range s.Doc().Stages {
+		if !strings.Contains(page, "<td>"+cell(d, d.P50NS, 0.5)+"</td>") {
+			t.Errorf("the page lacks %s's p50 %s", d.Name, cell(d, d.P50NS, 0.5))
+		}
+	}
+	c := Compare(load(t, "baseline.jsonl"), s, CompareOptions{})
+	b.Reset()
+	if err := NewCompareHTMLReporter(c, load(t, "baseline.jsonl"), s)(&b); err != nil {
+		t.Fatal(err)
+	}
+	checkSelfContained(t, "compare", b.String())
+	if strings.Count(b.String(), "<svg") != 2 {
+		t.Errorf("the comparison's page does not draw both runs")
+	}
+}
+
+func checkSelfContained(t *testing.T, name, page string) {
+	t.Helper()
+	for _, bad := range []string{"<script", "http://", "https://", "src="} {
+		if strings.Contains(page, bad) {
+			t.Errorf("%s page holds %q: not self-contained", name, bad)
+		}
+	}
+	if !strings.HasPrefix(page, "<!DOCTYPE html>") || !strings.HasSuffix(strings.TrimSpace(page), "</html>") {
+		t.Errorf("%s page is not a whole HTML document", name)
+	}
+}

@@ -76,7 +76,30 @@ func NewWaterfallReporter(s *Summary) Reporter {
 }
 
 // WriteWaterfallSVG draws the run of s (a closed Summary) as an SVG.
-func WriteWaterfallSVG(w io.Writer, s *Summary) error {
+func WriteWaterfallSVG(w io.Writer, s *Summary) error { return writeWaterfallSVG(w, s, 0) }
+
+// waterfallXMax is the last instant the waterfall of s marks, in seconds
+// after the deletion.
+func waterfallXMax(s *Summary) float64 {
+	lanes, _ := thinLanes(s.Records())
+	var x float64
+	for _, r := range lanes {
+		if v, ok := r.Offset(PointWindow); ok {
+			x = max(x, v.Seconds())
+		}
+		for _, m := range waterfallMarks {
+			if st, ok := stageOf(r, m.stage); ok {
+				x = max(x, r.offset(st).Seconds())
+			}
+		}
+	}
+	return x
+}
+
+// writeWaterfallSVG draws the waterfall with its time axis up to xmax
+// seconds (0: the run's own last mark), so that two runs drawn side by
+// side share one axis.
+func writeWaterfallSVG(w io.Writer, s *Summary, xmax float64) error {
 	s.mustClosed()
 	if len(s.Records()) == 0 {
 		// A readable picture that says so, like every other format of
@@ -90,7 +113,7 @@ func WriteWaterfallSVG(w io.Writer, s *Summary) error {
 		_, err := c.WriteTo(w)
 		return err
 	}
-	top, bottom, lanes, err := waterfallPlots(s)
+	top, bottom, lanes, err := waterfallPlots(s, xmax)
 	if err != nil {
 		return err
 	}
@@ -103,7 +126,7 @@ func WriteWaterfallSVG(w io.Writer, s *Summary) error {
 
 // waterfallPlots are the waterfall's two plots and how many lanes the
 // upper one has.
-func waterfallPlots(s *Summary) (top, bottom *plot.Plot, n int, err error) {
+func waterfallPlots(s *Summary, axis float64) (top, bottom *plot.Plot, n int, err error) {
 	lanes, note := thinLanes(s.Records())
 	top = plot.New()
 	top.Title.Text = "Deletion waterfall: one lane per trial"
@@ -205,7 +228,7 @@ func waterfallPlots(s *Summary) (top, bottom *plot.Plot, n int, err error) {
 		top.Legend.Add("a client failed a request (at T0)", sc)
 	}
 	// Room on the right for the legend, so that it sits on no mark.
-	top.X.Max = xmax * 1.5
+	top.X.Max = max(xmax, axis) * 1.5
 	top.X.Tick.Marker = secondTicks{}
 	top.Legend.Top, top.Legend.Left = false, false
 	top.Legend.XOffs = vg.Points(0)

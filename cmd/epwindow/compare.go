@@ -39,7 +39,7 @@ Exit codes: 0 met, 2 bad input (or a file with no trial that measured the window
 6 cannot tell: a limit met only by a floor (rerun with a longer --hold) or a metric too few trials
 judge (rerun with more --trials).`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text or json"},
+			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, json, or html (one self-contained page: the verdicts and both runs' waterfalls on one time axis)"},
 			wideFlag(),
 			&cli.StringSliceFlag{Name: flagMaxP99, Usage: "fail (exit 3) when NEW's p99 of a stage exceeds a bound, e.g. window=3s (repeatable; a delta as from->to)"},
 			&cli.StringFlag{Name: flagMaxRegression, Usage: "fail (exit 3) when a quantile judged worse grew by more than this, e.g. 20%"},
@@ -81,8 +81,8 @@ func runCompare(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("epwindow compare: want two results files, BASELINE and NEW; got %d arguments", c.NArg()), exitUsage)
 	}
 	format := c.String(flagFormat)
-	if format != "text" && format != "json" {
-		return cli.Exit(fmt.Sprintf("epwindow compare: --%s %q: want text or json", flagFormat, format), exitUsage)
+	if format != "text" && format != "json" && format != "html" {
+		return cli.Exit(fmt.Sprintf("epwindow compare: --%s %q: want text, json or html", flagFormat, format), exitUsage)
 	}
 	thresholds, err := compareThresholds(c)
 	if err != nil {
@@ -113,9 +113,12 @@ func runCompare(c *cli.Context) error {
 	}
 	cmp := results.Compare(runs[0], runs[1], opts)
 	render := results.NewCompareTextReporterWidth(cmp, textWidth(c, c.App.Writer))
-	if format == "json" {
+	switch format {
+	case "json":
 		render = results.NewCompareJSONReporter(cmp)
-	} else {
+	case "html":
+		render = results.NewCompareHTMLReporter(cmp, runs[0], runs[1])
+	default:
 		for i, label := range []string{"baseline", "new"} {
 			fmt.Fprintf(c.App.Writer, "%-8s %s: %s\n", label, c.Args().Get(i), compareRunLine(runs[i]))
 		}

@@ -56,7 +56,7 @@ again every --refresh (only the files that changed are parsed again), with the r
 Exit codes: 0 judged (or not yet judgeable; with --serve: stopped), 2 bad input, 3 the newest run
 is worse and --fail-on-worse is set.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, markdown (for platform docs) or json"},
+			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, markdown (for platform docs), json or html (one self-contained page with the trend)"},
 			wideFlag(),
 			chartFlag(),
 			&cli.IntFlag{Name: flagBaselineTrials, Value: results.DefaultBaselineTrials, Usage: "trials the baseline pools; runs with fewer before them are not judged"},
@@ -113,8 +113,8 @@ func runHistory(c *cli.Context) error {
 // command in messages (history, or report over a folder).
 func historyAction(c *cli.Context, cmd string) error {
 	format := c.String(flagFormat)
-	if format != "text" && format != "json" && format != "markdown" {
-		return cli.Exit(fmt.Sprintf("epwindow %s: --%s %q: want text, markdown or json for a history", cmd, flagFormat, format), exitUsage)
+	if format != "text" && format != "json" && format != "markdown" && format != "html" {
+		return cli.Exit(fmt.Sprintf("epwindow %s: --%s %q: want text, markdown, json or html for a history", cmd, flagFormat, format), exitUsage)
 	}
 	if c.String(flagChart) != "" && format != "markdown" {
 		return cli.Exit(fmt.Sprintf("epwindow %s: --%s needs --%s markdown (the chart is linked from it)", cmd, flagChart, flagFormat), exitUsage)
@@ -167,6 +167,8 @@ func historyAction(c *cli.Context, cmd string) error {
 			}
 		}
 		render = results.NewDriftMarkdownReporter(d, chart)
+	case "html":
+		render = results.NewDriftHTMLReporter(d, c.Duration(flagDocumented))
 	}
 	if err := render(c.App.Writer); err != nil {
 		return cli.Exit("epwindow "+cmd+": "+err.Error(), exitFailure)

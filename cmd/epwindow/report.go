@@ -44,7 +44,7 @@ it finished, and says so. The bootstrap is seeded: the same file always renders 
 A folder of results files is a history of runs: report renders it as "epwindow history" does
 (text, markdown with --chart, or json).`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, markdown, json, csv, perfdata (ClusterLoader2 PerfData) or svg (the deletion waterfall)"},
+			&cli.StringFlag{Name: flagFormat, Value: "text", Usage: "text, markdown, json, csv, perfdata (ClusterLoader2 PerfData), svg (the deletion waterfall) or html (one self-contained page)"},
 			&cli.StringFlag{Name: flagSVG, Usage: "with --format markdown: also write the deletion waterfall to this SVG file and link it (the path as given: relative to the Markdown's folder)", TakesFile: true},
 			&cli.BoolFlag{Name: flagPlot, Usage: "add terminal charts (text format): the CDF of the window and each stage per trial"},
 			wideFlag(),

@@ -213,3 +213,22 @@ func TestReportWaterfall(t *testing.T) {
 		t.Errorf("--svg without markdown: exit %d (%v), want %d naming the flags", code, err, exitUsage)
 	}
 }
+
+// The HTML pages from the command line: a run's, a comparison's and a
+// history's, each one self-contained document.
+func TestHTMLFormats(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 8 {
+		writeHistoryRun(t, dir, i, "v1.37.2", 0)
+	}
+	for _, args := range [][]string{
+		{"report", "--format", "html", testdata("run.jsonl")},
+		{"compare", "--format", "html", testdata("baseline.jsonl"), testdata("run.jsonl")},
+		{"history", "--format", "html", dir},
+	} {
+		out, err := runApp(t, args...)
+		if err != nil || !strings.HasPrefix(out, "<!DOCTYPE html>") || !strings.Contains(out, "<svg") || strings.Contains(out, "<script") {
+			t.Errorf("%v: %v, want a self-contained page with its picture:\n%.300s", args, err, out)
+		}
+	}
+}
