@@ -35,3 +35,10 @@ fi
 echo
 echo "==> epwindow report --format markdown (what goes into the platform docs)"
 bin/epwindow report --format markdown "$out"
+
+echo
+echo "==> epwindow report --format svg and --format html (the picture, and one page to open in a browser)"
+bin/epwindow report --format svg "$out" > "$dir/run.svg"
+bin/epwindow report --format html "$out" > "$dir/run.html"
+echo "the deletion waterfall: $dir/run.svg"
+echo "the whole report as one page: $dir/run.html"

@@ -50,6 +50,9 @@ command -v promtool >/dev/null || pkgs+=(prometheus)
 # HAProxy resolves the probe's headless Service through CoreDNS
 # (server-template + resolvers): the DNS path's consumer in the tests.
 command -v haproxy >/dev/null || pkgs+=(haproxy)
+# Headless Chromium opens the HTML reports as a person sees them
+# (results/browsercheck): Debian's chromium-headless-shell.
+command -v chromium-headless-shell >/dev/null || pkgs+=(chromium-headless-shell)
 [ -z "$(missing_plugins)" ] || [ -x "$CNI_PKG_DIR/bridge" ] || pkgs+=("$CNI_PKG")
 
 if [ ${#pkgs[@]} -gt 0 ]; then
