@@ -2,6 +2,7 @@ package results
 
 import (
 	"cmp"
+	"encoding/json"
 	"maps"
 	"slices"
 )
@@ -176,6 +177,7 @@ func DriftOf(runs []HistoryRun, o DriftOptions) *Drift {
 	o.ScreenAlpha = cmp.Or(o.ScreenAlpha, DriftScreenAlpha)
 	o.ConfirmAlpha = cmp.Or(o.ConfirmAlpha, DriftConfirmAlpha)
 	o.ReleaseAlpha = cmp.Or(o.ReleaseAlpha, DriftReleaseAlpha)
+	runs = uniqueRuns(runs)
 	d := &Drift{Runs: runs, Segments: segmentsOf(runs)}
 	if len(d.Segments) == 0 {
 		return d
@@ -223,6 +225,35 @@ func DriftOf(runs []HistoryRun, o DriftOptions) *Drift {
 		d.Comparison = Compare(pooled(runs, l.Baseline), pooled(runs, l.Window), o.Compare)
 	}
 	return d
+}
+
+// uniqueRuns is runs with each run once: two files with the same header
+// (its start to the nanosecond, cluster, settings and flags: a copied file)
+// are one run, pooled once, the one with more trials kept (a copy taken
+// while the run went on lacks its last ones). Twelve copies of a run with
+// one slow trial in ten would otherwise pool as twelve runs and read as a
+// slow mode. (history's loader drops copies first and warns; this keeps
+// any caller of DriftOf from pooling one twice.)
+func uniqueRuns(runs []HistoryRun) []HistoryRun {
+	seen := map[string]int{}
+	out := make([]HistoryRun, 0, len(runs))
+	for _, r := range runs {
+		key := ""
+		if r.File.Header != nil {
+			if b, err := json.Marshal(r.File.Header); err == nil {
+				key = string(b)
+			}
+		}
+		if i, dup := seen[key]; dup && key != "" {
+			if len(r.File.Trials) > len(out[i].File.Trials) {
+				out[i] = r
+			}
+			continue
+		}
+		seen[key] = len(out)
+		out = append(out, r)
+	}
+	return out
 }
 
 // segmentsOf splits runs where their Settings change.

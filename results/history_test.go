@@ -427,3 +427,33 @@ func names(runs []HistoryRun) []string {
 	}
 	return out
 }
+
+// The same run twice (a copied file) is pooled once: one run with one
+// slow trial in ten is the same as its baseline, and twelve copies of it
+// are still that one run, not a slow mode.
+func TestDriftPoolsACopiedRunOnce(t *testing.T) {
+	var runs []HistoryRun
+	for i := range 24 {
+		runs = append(runs, historyRun(uint64(5_000_000+i), i, 0, "v1.37.2"))
+	}
+	slow := historyRun(5_100_000, 24, 0, "v1.37.2")
+	slow.File.Trials[3] = runs[0].File.Trials[3]
+	for k := range slow.File.Trials[3].Stages {
+		st := &slow.File.Trials[3].Stages[k]
+		if st.Name == StageLastRequest || st.Name == StageLastAccept {
+			st.OffsetNS += int64(30 * time.Second)
+			st.At = st.At.Add(30 * time.Second)
+		}
+	}
+	one := DriftOf(append(slices.Clone(runs), slow), DriftOptions{})
+	copies := slices.Clone(runs)
+	for k := range 12 {
+		c := slow
+		c.Name = fmt.Sprintf("copy-%02d.jsonl", k)
+		copies = append(copies, c)
+	}
+	many := DriftOf(copies, DriftOptions{})
+	if len(many.Runs) != len(runs)+1 || many.Latest.Verdict != one.Latest.Verdict || many.Latest.Verdict == Worse {
+		t.Errorf("twelve copies of a run: %d runs pooled, verdict %s; the run once: %s; want it pooled once, not worse", len(many.Runs), many.Latest.Verdict, one.Latest.Verdict)
+	}
+}
