@@ -183,9 +183,9 @@ func DriftOf(runs []HistoryRun, o DriftOptions) *Drift {
 		return d
 	}
 	seg := d.Segments[len(d.Segments)-1]
-	r := &replay{runs: runs, o: o, first: seg.First, samples: make([]*sample, len(runs))}
+	r := &replay{runs: runs, o: o, first: seg.First, samples: make([]*sample, len(runs)), covers: make([]*sample, len(runs))}
 	for i := seg.First; i <= seg.Last; i++ {
-		r.samples[i] = windowSample(runs[i].File)
+		r.samples[i], r.covers[i] = windowSample(runs[i].File)
 	}
 	// The newest run with trials: a run that has timed no deletion yet
 	// (a scheduled run just started, or one stopped before its first
@@ -201,13 +201,7 @@ func DriftOf(runs []HistoryRun, o DriftOptions) *Drift {
 		}
 		v := r.step(j)
 		v.Recent = r.newest(j, seg.First)
-		ws := pooled(runs, v.Recent)
-		if rec := ws.doc.Recommendation; rec != nil {
-			v.BoundNS, v.BoundCovers, v.BoundFloor = rec.CoverNS, rec.Bound.Covers, rec.Bound.LowerBound
-		}
-		if w, ok := ws.Dist(PointWindow); ok {
-			v.WindowP50NS = w.P50NS
-		}
+		r.figures(&v)
 		d.Tests = append(d.Tests, v)
 	}
 	d.Latest = d.Tests[len(d.Tests)-1]
@@ -280,6 +274,7 @@ type replay struct {
 	o       DriftOptions
 	first   int       // the segment's first run
 	samples []*sample // each run's window values
+	covers  []*sample // each run's covered durations (the recommendation's)
 	state   driftState
 	// ref are the runs judged normal (the reference, see step); from is
 	// where the current block (screening), the confirmation or the release
@@ -479,17 +474,52 @@ func (d *Drift) Needs() []string {
 }
 
 // windowSample is the window values of a run's trials, as a Summary takes
-// them (a trial cut at the hold is censored there).
-func windowSample(f *File) *sample {
-	s := &sample{}
+// them (a trial cut at the hold is censored there), and the durations the
+// recommendation covers (traffic end − prestop_called, or − sigterm).
+func windowSample(f *File) (window, cover *sample) {
+	window, cover = &sample{}, &sample{}
 	for i := range f.Trials {
 		t := &f.Trials[i]
 		if !t.PointValid(PointWindow) {
 			continue
 		}
 		if v, ok := t.Offset(PointWindow); ok {
-			s.add(t.Trial, float64(v), t.Censored() && censorable(PointWindow))
+			window.add(t.Trial, float64(v), t.Censored() && censorable(PointWindow))
+		}
+		if v, from, ok := t.AfterTermination(); ok && t.PointValid(from) {
+			cover.add(t.Trial, float64(v), t.Censored())
 		}
 	}
-	return s
+	return window, cover
+}
+
+// figures sets v's own numbers from its Recent runs: the upper bound of
+// the covered duration at the runs' quantile and confidence (the
+// recommendation's CoverNS, as a Summary of those runs computes it) and
+// the window's median, from the samples alone: a whole Summary a run,
+// every metric and interval, was a third of a history's judgement.
+func (r *replay) figures(v *RunVerdict) {
+	var h *Header
+	if len(v.Recent) > 0 {
+		h = r.runs[v.Recent[len(v.Recent)-1]].File.Header
+	}
+	o := NewSummary(h, Options{}).options()
+	w, c := &sample{}, &sample{}
+	for _, i := range v.Recent {
+		for _, pair := range [][2]*sample{{w, r.samples[i]}, {c, r.covers[i]}} {
+			dst, src := pair[0], pair[1]
+			for k, x := range src.values {
+				dst.add(len(dst.values)+1, x, src.censored[k])
+			}
+		}
+	}
+	if c.n() > 0 {
+		if b, ok := newBound(c, o.Quantile, o.Confidence); ok {
+			v.BoundNS, v.BoundCovers, v.BoundFloor = b.NS, b.Covers, b.LowerBound
+		}
+	}
+	if n := w.n(); n > 0 {
+		p50, _ := w.rank(quantileRank(0.5, n))
+		v.WindowP50NS = int64(p50)
+	}
 }

@@ -457,3 +457,32 @@ func TestDriftPoolsACopiedRunOnce(t *testing.T) {
 		t.Errorf("twelve copies of a run: %d runs pooled, verdict %s; the run once: %s; want it pooled once, not worse", len(many.Runs), many.Latest.Verdict, one.Latest.Verdict)
 	}
 }
+
+// Each run test's own figures (the covered duration's bound and the
+// window's median over its Recent runs) are what a Summary of those runs
+// computes: DriftOf takes them from the samples alone, for speed.
+func TestDriftFiguresAreTheSummarys(t *testing.T) {
+	var runs []HistoryRun
+	for i := range 30 {
+		// Full trials (preStop, SIGTERM, the probe's stages), some cut at
+		// a 4 s hold.
+		spec := synthSpec{seed: uint64(6_000_000 + i), trials: 10, poll: 3 * time.Second, hold: 4 * time.Second}
+		h := synthHeader(spec)
+		h.StartedAt = synthStart.Add(time.Duration(i) * 6 * time.Hour)
+		runs = append(runs, HistoryRun{Name: fmt.Sprintf("run-%03d.jsonl", i), File: &File{Header: h, Trials: synthTrials(spec)}})
+	}
+	d := DriftOf(runs, DriftOptions{})
+	floors := 0
+	for _, v := range d.Tests {
+		s := pooled(d.Runs, v.Recent)
+		rec := s.Doc().Recommendation
+		w, _ := s.Dist(PointWindow)
+		if v.BoundFloor {
+			floors++
+		}
+		if rec == nil || rec.CoverNS != v.BoundNS || rec.Bound.Covers != v.BoundCovers || rec.Bound.LowerBound != v.BoundFloor || w.P50NS != v.WindowP50NS {
+			t.Errorf("run %d: bound %d covers %g floor %v p50 %d; the Summary's %+v and p50 %d", v.Run, v.BoundNS, v.BoundCovers, v.BoundFloor, v.WindowP50NS, rec, w.P50NS)
+		}
+	}
+	t.Logf("%d run tests, %d of them with a floor", len(d.Tests), floors)
+}

@@ -158,10 +158,30 @@ func HistoryNeeds(dir string, o DriftOptions) ([]string, error) {
 		if err != nil || file.Header == nil {
 			continue
 		}
+		// A scheduled run does this beside its own trials, within its
+		// memory limit: keep of each trial only what the drift test reads.
+		for i := range file.Trials {
+			file.Trials[i] = slimTrial(file.Trials[i])
+		}
+		file.Summary = nil
 		runs = append(runs, HistoryRun{Name: e.Name(), File: file})
 	}
 	SortRuns(runs)
 	return DriftOf(runs, o).Needs(), nil
+}
+
+// slimTrial is r with only what the drift test reads: its reasons (which
+// stages are valid, whether it was cut at the hold) and the stages of the
+// window and of the recommendation's covered duration.
+func slimTrial(r Record) Record {
+	keep := Record{Kind: r.Kind, Trial: r.Trial, Valid: r.Valid, Invalid: r.Invalid, T0: r.T0, Reasons: r.Reasons}
+	for _, st := range r.Stages {
+		switch st.Name {
+		case StageLastAccept, StageLastRequest, StagePrestopCalled, StageSigterm:
+			keep.Stages = append(keep.Stages, st)
+		}
+	}
+	return keep
 }
 
 // SortRuns orders runs as they started (their headers' StartedAt), equal
