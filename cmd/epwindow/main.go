@@ -24,6 +24,7 @@ func newApp(name string) *cli.App {
 			// One constructor per subcommand, each in its own file.
 			measureCommand(),
 			probeCommand(),
+			sidecarCommand(),
 			loadCommand(),
 			manifestsCommand(),
 			reportCommand(),
