@@ -1,11 +1,13 @@
 package dns
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/epwindow/epwindow/internal/e2etest"
+	"github.com/epwindow/epwindow/measure"
 	"github.com/epwindow/epwindow/results"
 )
 
@@ -154,5 +156,66 @@ func checkRunnerGRPC(t *testing.T, sink *e2etest.Sink) {
 	// As for the tool's client: the wiring shows in two of three.
 	if called < 2 {
 		t.Errorf("the runner's gRPC client called the deleted pod in %d of %d trials, want at least 2", called, len(sink.Records))
+	}
+}
+
+// A rollout that replaces every replica well within grpc-go's 30 s
+// resolution floor: the client (the tool's, resolving through CoreDNS)
+// learned the three old pods at its start; each lost connection asks DNS
+// again, but MinResolutionInterval (internal/resolver/dns/dns_resolver.go)
+// holds the answer back until 30 s after the last one, so once the old
+// pods have all exited the client has no address left and fails its calls
+// until then. The run's report must show them: counted per trial in
+// grpc.failures, summed in the summary, on a line of its own (never
+// "none"), with the cause among the caveats. Three replicas, one rollout:
+// its pods replaced in a few seconds here (the probe is ready at once),
+// each exiting a quiet period after its address left every path; about
+// 40 s.
+func TestGRPCClientFailuresInARolloutAreReported(t *testing.T) {
+	cfg := Config(t, cluster, 3)
+	cfg.Mode = measure.ModeRollout
+	cfg.GRPCDNSRate = 50
+	sink := e2etest.Run(t, cfg, 10*time.Minute)
+	var first, last time.Time
+	failed := map[string]int{}
+	for _, r := range sink.Records {
+		if first.IsZero() || r.T0.Before(first) {
+			first = r.T0
+		}
+		if exit, ok := r.Stage(results.StageContainerExit); ok && exit.At.After(last) {
+			last = exit.At
+		}
+		if r.GRPC != nil {
+			failed = results.AddCounts(failed, r.GRPC.Failures)
+			t.Logf("trial %d (%s): end %q, %d resolutions, failures %v", r.Trial, r.Pod, r.GRPC.End, r.GRPC.Resolutions, r.GRPC.Failures)
+		}
+	}
+	t.Logf("the rollout's %d deletions: first at %s, last old pod exited %s later; the client's failures %v",
+		len(sink.Records), first.Format(time.RFC3339Nano), last.Sub(first), failed)
+	if last.Sub(first) >= 30*time.Second {
+		t.Fatalf("the rollout took %s, not within grpc-go's 30 s floor: the test shows nothing", last.Sub(first))
+	}
+	total := 0
+	for _, n := range failed {
+		total += n
+	}
+	if total == 0 {
+		t.Fatalf("every old pod gone within %s of the rollout's start, yet the gRPC DNS client failed no call", last.Sub(first))
+	}
+	f := &results.File{Header: sink.Meta}
+	for _, r := range sink.Records {
+		f.Trials = append(f.Trials, *r)
+	}
+	sum := results.Summarize(f, results.Options{})
+	if got := sum.Doc().GRPCFailures; !maps.Equal(got, failed) {
+		t.Errorf("summary grpc_failures %v, want the trials' %v", got, failed)
+	}
+	var b strings.Builder
+	if err := results.NewTextReporter(sum)(&b); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(b.String()), " ")
+	if !strings.Contains(text, "gRPC DNS client failures (this machine's): all trials ") || strings.Contains(text, "gRPC DNS client failures (this machine's): all trials none") || !strings.Contains(text, "MinResolutionInterval") {
+		t.Errorf("the report does not show the client's failures and their cause:\n%s", b.String())
 	}
 }
