@@ -377,6 +377,19 @@ func TestWaterfallSizes(t *testing.T) {
 			t.Errorf("%d trials: the SVG is not closed", n)
 		}
 	}
+	// A run none of whose trials measured the window: the lanes it has,
+	// and the CDF saying there is none, not a broken file.
+	spec := synthSpec{seed: 7, trials: 5, poll: time.Second}
+	s := NewSummary(synthHeader(spec), Options{})
+	for _, r := range synthTrials(spec) {
+		r.Valid, r.Reasons = false, []Reason{{Code: ReasonSkewMissing, Detail: "test"}}
+		s.Add(&r)
+	}
+	s.Close()
+	var nv bytes.Buffer
+	if err := WriteWaterfallSVG(&nv, s); err != nil || !strings.Contains(nv.String(), "no trial measured the window") || !strings.HasSuffix(strings.TrimSpace(nv.String()), "</svg>") {
+		t.Errorf("a run without a valid trial: %v, want a whole picture saying so", err)
+	}
 	empty := NewSummary(&Header{}, Options{})
 	empty.Close()
 	var b bytes.Buffer
