@@ -251,6 +251,7 @@ bench: build cluster
 	hack/bench-footprint.sh
 	$(GO) run ./hack/benchschedule
 	$(GO) run ./hack/benchhistory -epwindow $(BIN)/epwindow
+	$(GO) run ./hack/benchsidecar -epwindow $(BIN)/epwindow
 
 # demo is the main job on the local cluster: start it, measure its
 # propagation window through Skipper, print the report, tear it down.

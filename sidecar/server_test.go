@@ -154,7 +154,7 @@ func TestServeWritesTerminationLog(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Ports: []int{8080}, Interval: DefaultInterval, Listen: DefaultListen, PodName: "p", MaxPeers: 1}
+	ok := Config{Ports: []int{8080}, Interval: DefaultInterval, MaxCPU: DefaultMaxCPU, Listen: DefaultListen, PodName: "p", MaxPeers: 1}
 	for _, tc := range []struct {
 		name string
 		edit func(*Config)
@@ -172,6 +172,9 @@ func TestConfigValidate(t *testing.T) {
 		{"listen port garbled", func(c *Config) { c.Listen = ":http-alt" }, "--listen \":http-alt\": port must be"},
 		{"interval 0", func(c *Config) { c.Interval = 0 }, "--interval (0s) must be between 1ms and 1m"},
 		{"interval long", func(c *Config) { c.Interval = time.Hour }, "--interval (1h0m0s)"},
+		{"max cpu 0", func(c *Config) { c.MaxCPU = 0 }, "--max-cpu (0) must be in (0, 1]"},
+		{"max cpu 2", func(c *Config) { c.MaxCPU = 2 }, "--max-cpu (2)"},
+		{"max cpu 1", func(c *Config) { c.MaxCPU = 1 }, ""},
 		{"no pod", func(c *Config) { c.PodName = "" }, "--pod-name"},
 		{"peers", func(c *Config) { c.MaxPeers = -1 }, "--max-peers (-1)"},
 	} {
@@ -189,5 +192,28 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("error %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The polls keep --interval while a dump is short, and space out to hold
+// --max-cpu when it is not.
+func TestNextWait(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		interval time.Duration
+		maxCPU   float64
+		took     time.Duration
+		want     time.Duration
+	}{
+		{10 * ms, 0.25, 0, 10 * ms},
+		{10 * ms, 0.25, 1 * ms, 9 * ms},                                   // interval holds: 1 of 10 ms
+		{10 * ms, 0.25, 2500 * time.Microsecond, 7500 * time.Microsecond}, // exactly a quarter
+		{10 * ms, 0.25, 8 * ms, 24 * ms},                                  // a quarter: 8 ms on, 24 off
+		{10 * ms, 1, 30 * ms, 0},                                          // a whole core: back to back
+		{10 * ms, 0.5, 30 * ms, 30 * ms},
+	} {
+		if got := nextWait(tc.interval, tc.maxCPU, tc.took); got != tc.want {
+			t.Errorf("nextWait(%s, %g, %s) = %s, want %s", tc.interval, tc.maxCPU, tc.took, got, tc.want)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 const (
 	flagPort     = "port"
 	flagInterval = "interval"
+	flagMaxCPU   = "max-cpu"
 )
 
 func sidecarCommand() *cli.Command {
@@ -37,7 +38,9 @@ func sidecarCommand() *cli.Command {
 tcp_info, as any process there may, and keeps, per peer address, the last
 connection it saw open on the app's --port(s) (TIME_WAIT included), the last
 data received on them (tcp_info's last_data_recv), and when the app's
-listener went away (listener_closed). Connections that open and go between two
+listener went away (listener_closed). A dump lists every socket of the
+namespace, at about 1 µs each: --max-cpu caps their share of a core, spacing
+the dumps out when the namespace holds many (TIME_WAIT included). Connections that open and go between two
 dumps without a TIME_WAIT entry are counted, not seen: /proc/net/snmp's
 PassiveOpens less the connections seen (unseen_connections).
 
@@ -56,6 +59,7 @@ capabilities and a read-only root filesystem. See docs/sidecar.md.`,
 		Flags: []cli.Flag{
 			&cli.IntSliceFlag{Name: flagPort, Usage: "the app's TCP port to watch, 1-65535 (repeatable; required)"},
 			&cli.DurationFlag{Name: flagInterval, Value: sidecar.DefaultInterval, Usage: "time between two socket dumps (1ms-1m): the resolution of last_accept and listener_closed"},
+			&cli.Float64Flag{Name: flagMaxCPU, Value: sidecar.DefaultMaxCPU, Usage: "share of one core the socket dumps may take, in (0, 1]: past it the dumps space out beyond --interval (the record's max_gap_ns says by how much)"},
 			&cli.StringFlag{Name: flagListen, Value: sidecar.DefaultListen, Usage: "TCP address the timeline is served on (not an app port)"},
 			&cli.StringFlag{Name: flagPodName, EnvVars: []string{"POD_NAME"}, Usage: "name reported in the record (default: the host name)"},
 			&cli.IntFlag{Name: flagMaxPeers, Value: sidecar.DefaultMaxPeers, Usage: "peer IP addresses recorded individually; further peers are only counted"},
@@ -71,6 +75,7 @@ func sidecarConfig(c *cli.Context) (sidecar.Config, error) {
 	cfg := sidecar.Config{
 		Ports:          c.IntSlice(flagPort),
 		Interval:       c.Duration(flagInterval),
+		MaxCPU:         c.Float64(flagMaxCPU),
 		Listen:         c.String(flagListen),
 		PodName:        c.String(flagPodName),
 		MaxPeers:       c.Int(flagMaxPeers),

@@ -37,6 +37,7 @@ func TestSidecarRefuses(t *testing.T) {
 		{[]string{"--port", "8080", "--interval", "often"}, "interval"},
 		{[]string{"--port", "8080", "--listen", "9091"}, "--listen \"9091\""},
 		{[]string{"--port", "8080", "--max-peers", "-1"}, "--max-peers (-1)"},
+		{[]string{"--port", "8080", "--max-cpu", "0"}, "--max-cpu (0)"},
 	} {
 		err := runSidecarArgs(t, context.Background(), tt.args...)
 		ec, ok := err.(cli.ExitCoder)
@@ -53,14 +54,14 @@ func TestSidecarConfigFromFlags(t *testing.T) {
 	cmd := sidecarCommand()
 	cmd.Action = func(c *cli.Context) error { cfg, cfgErr = sidecarConfig(c); return nil }
 	app := &cli.App{Name: "epwindow", Commands: []*cli.Command{cmd}}
-	if err := app.Run([]string{"epwindow", "sidecar", "--port", "8080", "--port", "8443", "--interval", "5ms",
+	if err := app.Run([]string{"epwindow", "sidecar", "--port", "8080", "--port", "8443", "--interval", "5ms", "--max-cpu", "0.5",
 		"--listen", ":9200", "--pod-name", "shop-1", "--max-peers", "64", "--termination-log", "/tmp/x"}); err != nil {
 		t.Fatal(err)
 	}
 	if cfgErr != nil {
 		t.Fatal(cfgErr)
 	}
-	want := sidecar.Config{Ports: []int{8080, 8443}, Interval: 5 * time.Millisecond, Listen: ":9200", PodName: "shop-1",
+	want := sidecar.Config{Ports: []int{8080, 8443}, Interval: 5 * time.Millisecond, MaxCPU: 0.5, Listen: ":9200", PodName: "shop-1",
 		MaxPeers: 64, TerminationLog: "/tmp/x"}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("config %+v\nwant   %+v", cfg, want)
