@@ -23,10 +23,12 @@ import (
 // Defaults of the sidecar's settings.
 const (
 	DefaultInterval = 10 * time.Millisecond
-	// DefaultMaxCPU is the share of one core the dumps may take: a dump
-	// costs about 1 µs a socket (make bench), so past some 2,500 sockets in
-	// the namespace (TIME_WAIT included) the polls space out instead of
-	// taking the app's CPU.
+	// DefaultMaxCPU is the share of one core the dumps may take. A dump
+	// costs the kernel's walk of the TCP established hash table (ms on a
+	// large host whose table the pod shares) plus under 1 µs a socket
+	// listed (TIME_WAIT included; docs/sidecar.md "Cost"): when that is more
+	// than a quarter of the interval, the polls space out instead of taking
+	// the app's CPU.
 	DefaultMaxCPU   = 0.25
 	DefaultListen   = ":9091"
 	DefaultMaxPeers = probe.DefaultMaxPeers
