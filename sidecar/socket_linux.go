@@ -17,8 +17,10 @@ import (
 // socket_linux.go): one SOCK_DIAG_BY_FAMILY dump of every state with
 // INET_DIAG_INFO, per address family, over one NETLINK_INET_DIAG socket kept
 // open between reads. No capability is needed: inet_diag answers any process
-// in the namespace (net/ipv4/inet_diag.c checks none for a dump). The
-// returned close releases the socket.
+// in the namespace, and asks CAP_NET_ADMIN only to add socket marks and
+// class ids to the answer (net/ipv4/inet_diag.c, net_admin in
+// inet_diag_dump_icsk), which the sidecar does not read. The returned close
+// releases the socket.
 func KernelDumper() (Dumper, func(), error) {
 	h, err := netlink.NewHandle(unix.NETLINK_INET_DIAG)
 	if err != nil {
