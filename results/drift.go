@@ -323,10 +323,14 @@ func (r *replay) newest(j, lo int) []int {
 }
 
 // pool is the window values of runs idx as one sample.
-func (r *replay) pool(idx []int) *sample {
+func (r *replay) pool(idx []int) *sample { return poolOf(r.samples, idx) }
+
+// poolOf is the samples per[i] of runs idx as one sample, trials
+// renumbered.
+func poolOf(per []*sample, idx []int) *sample {
 	s := &sample{}
 	for _, i := range idx {
-		src := r.samples[i]
+		src := per[i]
 		for k, v := range src.values {
 			s.add(len(s.values)+1, v, src.censored[k])
 		}
@@ -504,15 +508,7 @@ func (r *replay) figures(v *RunVerdict) {
 		h = r.runs[v.Recent[len(v.Recent)-1]].File.Header
 	}
 	o := NewSummary(h, Options{}).options()
-	w, c := &sample{}, &sample{}
-	for _, i := range v.Recent {
-		for _, pair := range [][2]*sample{{w, r.samples[i]}, {c, r.covers[i]}} {
-			dst, src := pair[0], pair[1]
-			for k, x := range src.values {
-				dst.add(len(dst.values)+1, x, src.censored[k])
-			}
-		}
-	}
+	w, c := poolOf(r.samples, v.Recent), poolOf(r.covers, v.Recent)
 	if c.n() > 0 {
 		if b, ok := newBound(c, o.Quantile, o.Confidence); ok {
 			v.BoundNS, v.BoundCovers, v.BoundFloor = b.NS, b.Covers, b.LowerBound

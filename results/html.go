@@ -98,9 +98,7 @@ func inlineSVG(draw func(io.Writer) error) (template.HTML, error) {
 func distTable(title string, rows []Dist) htmlTable {
 	t := htmlTable{Head: []string{title, "n", "p50", "p90", "p95", "p99", "max", "U", "covers"}}
 	for _, x := range rows {
-		u, covers := boundCells(x)
-		t.Rows = append(t.Rows, []string{x.Name, fmt.Sprint(x.N), cell(x, x.P50NS, 0.5), cell(x, x.P90NS, 0.9),
-			cell(x, x.P95NS, 0.95), cell(x, x.P99NS, 0.99), cell(x, x.MaxNS, 1), u, covers})
+		t.Rows = append(t.Rows, distCells(x))
 	}
 	return t
 }

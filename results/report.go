@@ -194,6 +194,15 @@ func (s *Summary) grpcFailureLines() []string {
 	return out
 }
 
+// distCells are a stage table's row of d, as every report prints it: the
+// name, n, p50 … p99, max (each a floor, "max" or a value, see cell), U and
+// what it covers.
+func distCells(d Dist) []string {
+	u, covers := boundCells(d)
+	return []string{d.Name, fmt.Sprint(d.N), cell(d, d.P50NS, 0.5), cell(d, d.P90NS, 0.9), cell(d, d.P95NS, 0.95),
+		cell(d, d.P99NS, 0.99), cell(d, d.MaxNS, 1), u, covers}
+}
+
 // cell renders a distribution's p-percentile (1 for the maximum) ns, "≥"
 // when it is a censored trial's floor, "max" when there are too few trials
 // for it to be anything but the largest (see maxLegend).
@@ -353,9 +362,7 @@ func textReport(s *Summary, width int) Reporter {
 			}
 			var cells [][]string
 			for _, x := range rows {
-				u, covers := boundCells(x)
-				r := []string{x.Name, fmt.Sprint(x.N), cell(x, x.P50NS, 0.5), cell(x, x.P90NS, 0.9), cell(x, x.P95NS, 0.95),
-					cell(x, x.P99NS, 0.99), cell(x, x.MaxNS, 1), u, covers}
+				r := distCells(x)
 				if unc {
 					u := "-"
 					if x.MaxUncertaintyNS > 0 {
@@ -542,9 +549,9 @@ func NewMarkdownReporterWith(s *Summary, picture string) Reporter {
 		mdTable := func(title string, rows []Dist) {
 			e.printf("| %s | n | p50 | p90 | p95 | p99 | max | U | covers |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n", title)
 			for _, x := range rows {
-				u, covers := boundCells(x)
-				e.printf("| `%s` | %d | %s | %s | %s | %s | %s | %s | %s |\n", x.Name, x.N,
-					cell(x, x.P50NS, 0.5), cell(x, x.P90NS, 0.9), cell(x, x.P95NS, 0.95), cell(x, x.P99NS, 0.99), cell(x, x.MaxNS, 1), u, covers)
+				r := distCells(x)
+				r[0] = "`" + r[0] + "`"
+				e.printf("| %s |\n", strings.Join(r, " | "))
 			}
 			e.printf("\n")
 		}

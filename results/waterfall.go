@@ -82,6 +82,11 @@ func WriteWaterfallSVG(w io.Writer, s *Summary) error { return writeWaterfallSVG
 // after the deletion.
 func waterfallXMax(s *Summary) float64 {
 	lanes, _ := thinLanes(s.Records())
+	return lanesXMax(lanes)
+}
+
+// lanesXMax is the last instant lanes mark: a window's end or a stage.
+func lanesXMax(lanes []*Record) float64 {
 	var x float64
 	for _, r := range lanes {
 		if v, ok := r.Offset(PointWindow); ok {
@@ -142,7 +147,6 @@ func waterfallPlots(s *Summary, axis float64) (top, bottom *plot.Plot, n int, er
 
 	// The window, a line per lane from T0 to the traffic's end; cut trials
 	// end in "≥".
-	var xmax float64
 	var floors plotter.XYLabels
 	for i, r := range lanes {
 		y := float64(len(lanes) - i)
@@ -151,7 +155,6 @@ func waterfallPlots(s *Summary, axis float64) (top, bottom *plot.Plot, n int, er
 			continue
 		}
 		x := v.Seconds()
-		xmax = max(xmax, x)
 		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: y}, {X: x, Y: y}})
 		if err != nil {
 			return nil, nil, 0, err
@@ -183,9 +186,7 @@ func waterfallPlots(s *Summary, axis float64) (top, bottom *plot.Plot, n int, er
 			if !ok {
 				continue
 			}
-			x := r.offset(st).Seconds()
-			xmax = max(xmax, x)
-			pts = append(pts, plotter.XY{X: x, Y: float64(len(lanes) - i)})
+			pts = append(pts, plotter.XY{X: r.offset(st).Seconds(), Y: float64(len(lanes) - i)})
 			u := time.Duration(st.UncertaintyNS).Seconds()
 			errs = append(errs, struct{ Low, High float64 }{u, u})
 		}
@@ -228,7 +229,7 @@ func waterfallPlots(s *Summary, axis float64) (top, bottom *plot.Plot, n int, er
 		top.Legend.Add("a client failed a request (at T0)", sc)
 	}
 	// Room on the right for the legend, so that it sits on no mark.
-	top.X.Max = max(xmax, axis) * 1.5
+	top.X.Max = max(lanesXMax(lanes), axis) * 1.5
 	top.X.Tick.Marker = secondTicks{}
 	top.Legend.Top, top.Legend.Left = false, false
 	top.Legend.XOffs = vg.Points(0)
