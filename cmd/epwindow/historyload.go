@@ -153,12 +153,7 @@ func (hl *historyLoader) load(args []string, emptyOK bool, now time.Time) (*hist
 			delete(hl.files, path)
 		}
 	}
-	slices.SortStableFunc(l.runs, func(a, b results.HistoryRun) int {
-		if n := a.File.Header.StartedAt.Compare(b.File.Header.StartedAt); n != 0 {
-			return n
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	results.SortRuns(l.runs)
 	slices.SortFunc(l.skipped, func(a, b historySkip) int { return strings.Compare(a.path, b.path) })
 	return l, nil
 }

@@ -139,14 +139,25 @@ func probeConfig(c *cli.Context) (probe.Config, error) {
 		return cfg, err
 	}
 	cfg.StreamDrain = drain
-	if cfg.PodName == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return cfg, fmt.Errorf("no --pod-name or POD_NAME, and no host name: %w", err)
-		}
-		cfg.PodName = host
+	name, err := podNameOrHost(cfg.PodName)
+	if err != nil {
+		return cfg, err
 	}
+	cfg.PodName = name
 	return cfg, cfg.Validate()
+}
+
+// podNameOrHost is --pod-name (or POD_NAME), else the host name: a pod's
+// is its name. The probe and the sidecar both name their pod so.
+func podNameOrHost(name string) (string, error) {
+	if name != "" {
+		return name, nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("no --pod-name or POD_NAME, and no host name: %w", err)
+	}
+	return host, nil
 }
 
 func runProbe(c *cli.Context) error {

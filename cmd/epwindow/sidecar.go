@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -81,13 +80,11 @@ func sidecarConfig(c *cli.Context) (sidecar.Config, error) {
 		MaxPeers:       c.Int(flagMaxPeers),
 		TerminationLog: c.String(flagTerminationLog),
 	}
-	if cfg.PodName == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return cfg, fmt.Errorf("no --pod-name or POD_NAME, and no host name: %w", err)
-		}
-		cfg.PodName = host
+	name, err := podNameOrHost(cfg.PodName)
+	if err != nil {
+		return cfg, err
 	}
+	cfg.PodName = name
 	return cfg, cfg.Validate()
 }
 
