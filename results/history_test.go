@@ -6,10 +6,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -76,32 +74,21 @@ type runTest struct {
 // never), across the machine's cores, and returns each one's run tests.
 func monthHistories(seed uint64, h, onset int, pSlow float64) [][]runTest {
 	out := make([][]runTest, h)
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for k := range next {
-				var hist []HistoryRun
-				for i := range monthRuns {
-					p := 0.0
-					if onset >= 0 && i >= onset {
-						p = pSlow
-					}
-					hist = append(hist, historyRun(seed+uint64(1000*k+i), i, p, "v1.37.2"))
-				}
-				for _, v := range DriftOf(hist, DriftOptions{}).Tests {
-					if v.Verdict != NotJudged {
-						out[k] = append(out[k], runTest{v.Run, v.Verdict, v.Released})
-					}
-				}
+	onEveryCPU(h, func(k int) {
+		var hist []HistoryRun
+		for i := range monthRuns {
+			p := 0.0
+			if onset >= 0 && i >= onset {
+				p = pSlow
 			}
-		})
-	}
-	for k := range h {
-		next <- k
-	}
-	close(next)
-	wg.Wait()
+			hist = append(hist, historyRun(seed+uint64(1000*k+i), i, p, "v1.37.2"))
+		}
+		for _, v := range DriftOf(hist, DriftOptions{}).Tests {
+			if v.Verdict != NotJudged {
+				out[k] = append(out[k], runTest{v.Run, v.Verdict, v.Released})
+			}
+		}
+	})
 	return out
 }
 

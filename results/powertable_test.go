@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -49,32 +50,51 @@ type powerCell struct{ worse, better int }
 func powerRate(n int, slow float64, row int) powerCell {
 	var mu sync.Mutex
 	var cell powerCell
+	onEveryCPU(powerPairs, func(i int) {
+		seed := uint64(700_000 + 10_000*row + 1000*n + 2*i)
+		m, _ := Compare(windowRun(seed, n, lognormal, 0, 0), windowRun(seed+1, n, lognormal, slow, 30*time.Second), CompareOptions{}).Metric(PointWindow)
+		mu.Lock()
+		defer mu.Unlock()
+		switch m.Verdict {
+		case Worse:
+			cell.worse++
+		case Better:
+			cell.better++
+		}
+	})
+	return cell
+}
+
+// onEveryCPU calls f(0) … f(n−1), spread over the machine's cores: the
+// seeded simulations' cases are independent, and each one's seeds are its
+// own, so the results do not depend on the scheduling.
+func onEveryCPU(n int, f func(i int)) {
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range next {
-				seed := uint64(700_000 + 10_000*row + 1000*n + 2*i)
-				m, _ := Compare(windowRun(seed, n, lognormal, 0, 0), windowRun(seed+1, n, lognormal, slow, 30*time.Second), CompareOptions{}).Metric(PointWindow)
-				mu.Lock()
-				switch m.Verdict {
-				case Worse:
-					cell.worse++
-				case Better:
-					cell.better++
-				}
-				mu.Unlock()
+				f(i)
 			}
-		}()
+		})
 	}
-	for i := range powerPairs {
+	for i := range n {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
-	return cell
+}
+
+// certainRegression reports whether --max-regression 20% is breached for
+// certain (not "cannot tell") on the window by comparison c of new run
+// next.
+func certainRegression(c *Comparison, next *Summary) bool {
+	for _, b := range (Thresholds{MaxRegression: 0.2}).Check(next, c) {
+		if b.Metric == PointWindow && b.Rule == "max-regression" && !b.CannotTell {
+			return true
+		}
+	}
+	return false
 }
 
 // clopperPearson is the exact two-sided 95% interval of a rate k/n.
@@ -182,44 +202,29 @@ func TestCompareCutTrialsTable(t *testing.T) {
 		for _, k := range cutCounts {
 			var mu sync.Mutex
 			worse := 0
-			var wg sync.WaitGroup
-			next := make(chan int)
-			for range runtime.GOMAXPROCS(0) {
-				wg.Go(func() {
-					for i := range next {
-						seed := uint64(900_000 + 10_000*k + 1000*n + 2*i)
-						base := windowRun(seed, n, lognormal, 0, 0)
-						cut := 0
-						held := shape{name: "cut", hold: time.Minute, draw: func(rng *rand.Rand) time.Duration {
-							if cut++; cut <= k {
-								return time.Minute
-							}
-							return lognormal.draw(rng)
-						}}
-						nx := windowRun(seed+1, n, held, 0, 0)
-						c := Compare(base, nx, CompareOptions{})
-						m, _ := c.Metric(PointWindow)
-						if m.Verdict != Worse {
-							continue
-						}
-						certain := false
-						for _, br := range (Thresholds{MaxRegression: 0.2}).Check(nx, c) {
-							certain = certain || (br.Metric == PointWindow && br.Rule == "max-regression" && !br.CannotTell)
-						}
-						mu.Lock()
-						worse++
-						if !certain {
-							t.Errorf("n=%d, %d cut, pair %d: worse but --max-regression 20%% not breached for certain", n, k, i)
-						}
-						mu.Unlock()
+			onEveryCPU(cutPairs, func(i int) {
+				seed := uint64(900_000 + 10_000*k + 1000*n + 2*i)
+				base := windowRun(seed, n, lognormal, 0, 0)
+				cut := 0
+				held := shape{name: "cut", hold: time.Minute, draw: func(rng *rand.Rand) time.Duration {
+					if cut++; cut <= k {
+						return time.Minute
 					}
-				})
-			}
-			for i := range cutPairs {
-				next <- i
-			}
-			close(next)
-			wg.Wait()
+					return lognormal.draw(rng)
+				}}
+				nx := windowRun(seed+1, n, held, 0, 0)
+				c := Compare(base, nx, CompareOptions{})
+				if m, _ := c.Metric(PointWindow); m.Verdict != Worse {
+					return
+				}
+				certain := certainRegression(c, nx)
+				mu.Lock()
+				defer mu.Unlock()
+				worse++
+				if !certain {
+					t.Errorf("n=%d, %d cut, pair %d: worse but --max-regression 20%% not breached for certain", n, k, i)
+				}
+			})
 			rate := float64(worse) / cutPairs
 			fmt.Fprintf(&b, " %s |", pct(rate))
 			if rate >= 0.5 && half == "" {
@@ -229,18 +234,11 @@ func TestCompareCutTrialsTable(t *testing.T) {
 				most = fmt.Sprint(k)
 			}
 		}
-		fmt.Fprintf(&b, " %s / %s |\n", cmpOr(half, "more"), cmpOr(most, "more"))
+		fmt.Fprintf(&b, " %s / %s |\n", cmp.Or(half, "more"), cmp.Or(most, "more"))
 	}
 	table := b.String()
 	t.Logf("window called worse with k trials cut at the hold, %d pairs a cell:\n%s", cutPairs, table)
 	checkDocTable(t, cutTableBegin, cutTableEnd, table)
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // checkDocTable compares docs/compare.md's copy of a table between begin

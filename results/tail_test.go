@@ -366,11 +366,7 @@ func TestCompareSizesTailRegressionWhereItMoved(t *testing.T) {
 				continue
 			}
 			worse++
-			certain := false
-			for _, b := range (Thresholds{MaxRegression: 0.2}).Check(next, c) {
-				certain = certain || (b.Metric == PointWindow && b.Rule == "max-regression" && !b.CannotTell)
-			}
-			if !certain {
+			if !certainRegression(c, next) {
 				t.Errorf("%d of %d cut, seed %d, worse: --max-regression 20%% not breached for certain; tail sized at p%.0f %s → %s (%+.0f%%)",
 					tc.cut, tc.n, seed, 100*m.Tail.Quantile, fmtDur(m.Tail.BaseNS), fmtDur(m.Tail.NewNS), 100*m.Tail.Rel)
 			}
