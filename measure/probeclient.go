@@ -69,9 +69,7 @@ func (p probeClient) probeClock(ctx context.Context, pod string) (time.Time, err
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read probe clock of pod %s/%s: %w", p.ns, pod, err)
 	}
-	var c struct {
-		UnixNS int64 `json:"unix_ns"`
-	}
+	var c probe.ClockReply
 	if err := json.Unmarshal(body, &c); err != nil || c.UnixNS == 0 {
 		return time.Time{}, fmt.Errorf("probe clock of pod %s/%s: unexpected body %.100q", p.ns, pod, body)
 	}

@@ -530,7 +530,7 @@ func (p *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		now := p.rec.Now()
-		b, _ := json.Marshal(clockReply{Time: now.Round(0), UnixNS: now.UnixNano()})
+		b, _ := json.Marshal(ClockReplyAt(now))
 		p.reply(w, http.StatusOK, appJSON, append(b, '\n'))
 	case PathPrestop:
 		p.rec.Request(c, false)
@@ -559,9 +559,17 @@ func (p *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // clockReply is GET /clock's body.
-type clockReply struct {
+// ClockReply is GET /clock's body: the witness's wall clock, as a time and
+// in unix ns, which measure reads for the skew estimate. The probe, the
+// load runners and the sidecar all answer it.
+type ClockReply struct {
 	Time   time.Time `json:"time"`
 	UnixNS int64     `json:"unix_ns"`
+}
+
+// ClockReplyAt is the clock reply stamped at now.
+func ClockReplyAt(now time.Time) ClockReply {
+	return ClockReply{Time: now.Round(0), UnixNS: now.UnixNano()}
 }
 
 // prestop stamps PrestopCalled (first call wins) and, with ?sleep=D, sleeps D

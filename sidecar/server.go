@@ -216,13 +216,8 @@ func (s *Sidecar) Handler() http.Handler {
 		reply(w, s.Timeline())
 	})
 	mux.HandleFunc("GET "+probe.PathClock, func(w http.ResponseWriter, _ *http.Request) {
-		// The probe's handler is not exported (probe/server.go, clockReply);
-		// this is its shape, stamped as late as it can be.
-		now := s.clk.Now()
-		reply(w, struct {
-			Time   time.Time `json:"time"`
-			UnixNS int64     `json:"unix_ns"`
-		}{now.Round(0), now.UnixNano()})
+		// Stamped as late as it can be.
+		reply(w, probe.ClockReplyAt(s.clk.Now()))
 	})
 	mux.HandleFunc("GET "+probe.PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/epwindow/epwindow/probe"
 )
 
 // Limits of a load runner (epwindow load): it runs unattended in a pod, so
@@ -282,11 +284,7 @@ func statsHandler(g, gg *Generator, h *StreamHolder, cfg RunnerConfig, clk clock
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PathClock, func(w http.ResponseWriter, _ *http.Request) {
-		now := clk.Now()
-		reply(w, struct {
-			Time   time.Time `json:"time"`
-			UnixNS int64     `json:"unix_ns"`
-		}{now.Round(0), now.UnixNano()})
+		reply(w, probe.ClockReplyAt(clk.Now()))
 	})
 	mux.HandleFunc("GET "+PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
 		if at := idle.get(); !at.IsZero() {
