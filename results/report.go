@@ -319,6 +319,12 @@ func FitLines(text string, width int) string {
 	return out.String()
 }
 
+// fitProse is a paragraph of prose as one line, wrapped by FitLines: its
+// words at most width runes a line, continuations indented two columns.
+func fitProse(text string, width int) string {
+	return FitLines(strings.Join(strings.Fields(text), " "), width)
+}
+
 // textReport renders the text report, its tables fitted to width.
 func textReport(s *Summary, width int) Reporter {
 	return func(w io.Writer) error {
@@ -328,12 +334,7 @@ func textReport(s *Summary, width int) Reporter {
 		if lineWidth <= 0 {
 			lineWidth = TextWidth
 		}
-		for i, l := range wrap(strings.Fields("epwindow report: "+trialsLine(d)), " ", lineWidth-2) {
-			if i > 0 {
-				l = "  " + l
-			}
-			e.printf("%s\n", l)
-		}
+		e.printf("%s\n", fitProse("epwindow report: "+trialsLine(d), lineWidth))
 		for _, l := range wrap(runLine(s.Header), " · ", 76) {
 			e.printf("  %s\n", l)
 		}
@@ -382,28 +383,11 @@ func textReport(s *Summary, width int) Reporter {
 			table("stage to stage", d.Deltas, false)
 		}
 		e.printf("\n")
-		for i, l := range wrap(strings.Fields("window = max(last_accept, last_request) − T0; ± is the largest error bound of a sample; ≥ marks a floor from trials cut at the hold."), " ", lineWidth-2) {
-			if i > 0 {
-				l = "  " + l
-			}
-			e.printf("%s\n", l)
-		}
+		e.printf("%s\n", fitProse("window = max(last_accept, last_request) − T0; ± is the largest error bound of a sample; ≥ marks a floor from trials cut at the hold.", lineWidth))
 		if l := maxLegend(d); l != "" {
-			for i, w := range wrap(strings.Fields(l), " ", lineWidth-2) {
-				if i == 0 {
-					e.printf("%s\n", w)
-				} else {
-					e.printf("  %s\n", w)
-				}
-			}
+			e.printf("%s\n", fitProse(l, lineWidth))
 		}
-		for i, l := range wrap(strings.Fields(boundLegend(d)), " ", lineWidth-2) {
-			if i == 0 {
-				e.printf("%s\n", l)
-			} else {
-				e.printf("  %s\n", l)
-			}
-		}
+		e.printf("%s\n", fitProse(boundLegend(d), lineWidth))
 		e.printf("client failures: valid trials %s; all trials %s\n", failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
 		for _, l := range s.grpcFailureLines() {
 			e.printf("%s\n", l)
