@@ -141,17 +141,6 @@ type HistoryRun struct {
 	File *File
 }
 
-// windowTrials counts the trials of f that measured the window.
-func windowTrials(f *File) int {
-	n := 0
-	for i := range f.Trials {
-		if f.Trials[i].MeasuredWindow() {
-			n++
-		}
-	}
-	return n
-}
-
 // pooled is one closed Summary of the trials of runs idx, renumbered so
 // that trial numbers stay distinct.
 func pooled(runs []HistoryRun, idx []int) *Summary {
