@@ -152,11 +152,12 @@ vet:
 	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/epwindow
 
 # Unit tests need nothing but Go. The e2e packages (*/e2e/*) run against the
-# real local cluster, one cluster at a time: clusters share the pod network,
-# and each package's TestMain takes the lock (internal/localcluster) before
-# it starts one. go test -p 2 lets the next package's test binary link
-# (10-20 s of one core each, with -race) while the current one runs, instead
-# of after it; the linked binary then waits at the lock.
+# real local cluster, each package in a network and mount namespace of its
+# own (localcluster.Isolate, in its TestMain): its bridge, pod and Service
+# ranges, kube-proxy tables, loopback ports and /run are its own, so with
+# go test -p 2 two packages' clusters run at once. Most of an e2e package's
+# time is waiting (Skipper's poll, grace periods, a CronJob's minutes), so
+# two at once roughly halve the phase (docs/benchmarks.md).
 # Each phase is timed (hack/timed.sh) and the table printed at the end.
 # Unit tests do not run beside the cluster build: on 2 cores both are
 # CPU-bound and the cold build needs ~3 GB, so overlapping them saves little

@@ -2,7 +2,10 @@ module github.com/epwindow/epwindow/internal/localcluster
 
 go 1.26.0
 
-require k8s.io/client-go v0.37.2
+require (
+	golang.org/x/sys v0.47.0
+	k8s.io/client-go v0.37.2
+)
 
 require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
@@ -35,7 +38,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/term v0.45.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	golang.org/x/time v0.15.0 // indirect

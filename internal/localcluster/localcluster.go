@@ -214,9 +214,11 @@ type Cluster struct {
 	lock    *os.File
 }
 
-// LockFile serialises local clusters on this machine: they share the pod
-// network (10.244.0.0/16, one bridge), so test packages that run in parallel
-// take turns. Start holds it until Stop or Release.
+// LockFile serialises local clusters started in the machine's own network
+// namespace: they share the pod network (10.244.0.0/16, one bridge), so test
+// packages that run in parallel take turns. Start holds it until Stop or
+// Release. A test binary run through Isolate (Main does) has namespaces of
+// its own and takes no lock.
 const LockFile = "/run/epwindow-local-tests.lock"
 
 // RepoRoot walks up from the working directory to the directory whose
@@ -279,9 +281,11 @@ func Binary() (string, error) {
 }
 
 // Start runs `bin/epwindow-local up` and waits for its READY line. The
-// cluster needs root (network namespaces). Only one local cluster runs at a
-// time: Start first waits (bounded by ctx) for another package's cluster to
-// stop. On failure it returns the tail of the cluster's log in the error.
+// cluster needs root (network namespaces). In the machine's own network
+// namespace only one local cluster runs at a time: Start first waits
+// (bounded by ctx) for another package's cluster to stop; after Isolate it
+// starts at once. On failure it returns the tail of the cluster's log in
+// the error.
 func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 	if err := RequireBinaries(o.binaries()...); err != nil {
 		return nil, err
@@ -292,18 +296,20 @@ func Start(ctx context.Context, o Options) (_ *Cluster, retErr error) {
 	}
 	o = o.withDefaults()
 	asked := time.Now()
-	lock, err := flock.Acquire(ctx, LockFile, nil)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for another test package's local cluster to stop (%s): %w", LockFile, err)
+	var lock *os.File
+	if !isolated {
+		if lock, err = flock.Acquire(ctx, LockFile, nil); err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("waiting for another test package's local cluster to stop (%s): %w", LockFile, err)
+			}
+			return nil, err
 		}
-		return nil, err
+		defer func() {
+			if retErr != nil {
+				lock.Close()
+			}
+		}()
 	}
-	defer func() {
-		if retErr != nil {
-			lock.Close()
-		}
-	}()
 	locked := time.Now()
 	c := &Cluster{Dir: o.Dir, done: make(chan struct{}), lock: lock}
 	if c.Dir == "" {
@@ -471,9 +477,14 @@ func (c *Cluster) Kill() {
 	<-c.done
 }
 
-// Release lets another package's cluster start. Stop calls it; a test
-// that checks what a teardown left calls Shutdown, checks, then Release.
-func (c *Cluster) Release() { c.lock.Close() }
+// Release lets another package's cluster start (after Isolate there is no
+// lock to release). Stop calls it; a test that checks what a teardown left
+// calls Shutdown, checks, then Release.
+func (c *Cluster) Release() {
+	if c.lock != nil {
+		c.lock.Close()
+	}
+}
 
 // Stop is Shutdown, then Release.
 func (c *Cluster) Stop() error {
@@ -532,11 +543,12 @@ func (c *Cluster) ReadyAfter() (time.Duration, error) {
 	return 0, fmt.Errorf("no ready line in %s", path)
 }
 
-// Main is a package's TestMain: it starts the local cluster with o
-// (waiting up to 10 minutes, another package's cluster included), hands it
-// to setup (nil: none), runs the tests, stops the cluster and exits. pkg
-// names the package in errors.
+// Main is a package's TestMain: it runs the test binary in namespaces of
+// its own (Isolate), starts the local cluster with o (waiting up to 10
+// minutes for READY), hands it to setup (nil: none), runs the tests, stops
+// the cluster and exits. pkg names the package in errors.
 func Main(m *testing.M, pkg string, o Options, setup func(*Cluster) error) {
+	Isolate()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	c, err := Start(ctx, o)
 	cancel()

@@ -147,3 +147,7 @@ func waitUnchanged(ctx context.Context, c kubernetes.Interface, ns string, quiet
 		}
 	}
 }
+
+// TestMain runs the tests in namespaces of their own, so that the clusters
+// they start run beside other packages' (localcluster.Isolate).
+func TestMain(m *testing.M) { localcluster.IsolatedMain(m) }

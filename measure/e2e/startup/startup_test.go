@@ -229,3 +229,7 @@ func TestStartupOnLocalCluster(t *testing.T) {
 		t.Errorf("no lag at poll %s above %s (poll %s's bound): %v; the stage does not follow Skipper's poll", slow, fastBound, fast, slowLags)
 	}
 }
+
+// TestMain runs the tests in namespaces of their own, so that the clusters
+// they start run beside other packages' (localcluster.Isolate).
+func TestMain(m *testing.M) { localcluster.IsolatedMain(m) }

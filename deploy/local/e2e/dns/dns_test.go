@@ -150,3 +150,7 @@ func retry(ctx context.Context, t *testing.T, create func() error) {
 		t.Fatal(fmt.Errorf("%w (last: %v)", err, last))
 	}
 }
+
+// TestMain runs the tests in namespaces of their own, so that the clusters
+// they start run beside other packages' (localcluster.Isolate).
+func TestMain(m *testing.M) { localcluster.IsolatedMain(m) }

@@ -179,3 +179,7 @@ func create(ctx context.Context, t *testing.T, f func() error) {
 		t.Fatalf("%v: %v", err, last)
 	}
 }
+
+// TestMain runs the tests in namespaces of their own, so that the clusters
+// they start run beside other packages' (localcluster.Isolate).
+func TestMain(m *testing.M) { localcluster.IsolatedMain(m) }

@@ -164,3 +164,7 @@ func BenchmarkStartup(b *testing.B) {
 	}
 	b.ReportMetric(total.Seconds()/float64(b.N), "s/ready")
 }
+
+// TestMain runs the tests in namespaces of their own, so that the clusters
+// they start run beside other packages' (localcluster.Isolate).
+func TestMain(m *testing.M) { localcluster.IsolatedMain(m) }

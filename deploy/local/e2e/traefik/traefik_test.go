@@ -335,3 +335,7 @@ func descendants(t *testing.T, root int) []int {
 	}
 	return out
 }
+
+// TestMain runs the tests in namespaces of their own, so that the clusters
+// they start run beside other packages' (localcluster.Isolate).
+func TestMain(m *testing.M) { localcluster.IsolatedMain(m) }
