@@ -27,7 +27,8 @@ var isolated bool
 // again, with the same arguments and standard streams, in a new network
 // namespace and a private mount namespace, forwards SIGINT, SIGTERM and
 // SIGQUIT (go test's timeout) to it, and exits with its status; in that
-// copy it returns, once loopback is up and /run is a private tmpfs.
+// copy it returns, once loopback is up, /run is a private tmpfs and /sys
+// shows the copy's network devices.
 //
 // What a cluster shares with others on a machine is all in those two: the
 // root network namespace's bridge, routes, pod and Service ranges
@@ -100,7 +101,7 @@ func runIsolated() int {
 
 // enterIsolated prepares the copy's namespaces: a private /run (the pods'
 // named network namespaces, up's lock and kube-proxy's marker live there,
-// see Isolate) and loopback up.
+// see Isolate), a sysfs of its network namespace and loopback up.
 func enterIsolated() error {
 	if err := syscall.Mount("tmpfs", "/run", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755"); err != nil {
 		return fmt.Errorf("mount a private /run: %w", err)
@@ -109,6 +110,13 @@ func enterIsolated() error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
+	}
+	// sysfs shows the network devices of the namespace that mounted it, not
+	// of the reader's (fs/sysfs/mount.c takes the mounter's net namespace),
+	// and the node agent reads /sys/class/net for its bridge and veths: a
+	// sysfs mounted here shows this namespace's, as `ip netns exec` does.
+	if err := syscall.Mount("sysfs", "/sys", "sysfs", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount this namespace's sysfs: %w", err)
 	}
 	return loopbackUp()
 }

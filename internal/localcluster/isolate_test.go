@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -28,6 +29,8 @@ type isolateReport struct {
 	Isolated   bool   `json:"isolated"`
 	LoopbackOK string `json:"loopback"`
 	RunEntries int    `json:"run_entries"`
+	// Devices are /sys/class/net's entries.
+	Devices []string `json:"devices"`
 }
 
 // isolateProbe writes the report to path (a file on the machine's
@@ -47,6 +50,10 @@ func isolateProbe(path string) int {
 			c.Close()
 		}
 		ln.Close()
+	}
+	devs, _ := os.ReadDir("/sys/class/net")
+	for _, d := range devs {
+		r.Devices = append(r.Devices, d.Name())
 	}
 	entries, _ := os.ReadDir("/run")
 	r.RunEntries = len(entries)
@@ -98,6 +105,11 @@ func TestIsolate(t *testing.T) {
 	// netns and lock, made by enterIsolated.
 	if r.RunEntries != 2 {
 		t.Errorf("isolated copy's /run has %d entries, want its own empty tmpfs with netns and lock", r.RunEntries)
+	}
+	// A new network namespace has only loopback: /sys must show that, not
+	// the machine's devices (the node agent finds its bridge there).
+	if !slices.Equal(r.Devices, []string{"lo"}) {
+		t.Errorf("isolated copy's /sys/class/net lists %v, want only lo", r.Devices)
 	}
 	if _, err := os.Stat("/run/localcluster-isolate-test"); err == nil {
 		os.Remove("/run/localcluster-isolate-test")
