@@ -206,6 +206,45 @@ func (d deletion) wait(t testing.TB, timeout time.Duration, what string, cond fu
 	return waitEvents(t, d.client, d.w, d.name, timeout, what, cond)
 }
 
+// lastStatus waits for the agent's DELETE of the pod and returns the
+// object as it was just before (nil if no update came first).
+func (d deletion) lastStatus(t testing.TB, timeout time.Duration) *v1.Pod {
+	t.Helper()
+	var final *v1.Pod
+	d.wait(t, timeout, "deleted by the agent", func(p *v1.Pod, ev watch.EventType) bool {
+		if ev == watch.Deleted {
+			return true
+		}
+		final = p
+		return false
+	})
+	return final
+}
+
+// releasedThenDeleted checks that a finished pod's network namespace goes
+// (the kubelet kills the sandbox of a pod that is done) and that the agent
+// removes the object once it is deleted.
+func releasedThenDeleted(t testing.TB, client *fake.Clientset, cfg Config, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l, _ := listNetns(cfg.Prefix); len(l) > 0; l, _ = listNetns(cfg.Prefix) {
+		if time.Now().After(deadline) {
+			t.Fatalf("network namespaces %v still there 10 s after the pod finished", l)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	del := deleteGracefully(t, client, name)
+	del.wait(t, 10*time.Second, "deleted by the agent", func(_ *v1.Pod, ev watch.EventType) bool { return ev == watch.Deleted })
+}
+
+// initOf is the pod's app container as a plain init container running args.
+func initOf(pod *v1.Pod, name string, args ...string) v1.Container {
+	c := *pod.Spec.Containers[0].DeepCopy()
+	c.Name, c.Args = name, args
+	c.ReadinessProbe, c.Lifecycle, c.Ports = nil, nil, nil
+	return c
+}
+
 func TestPodRunsAndTerminatesLikeKubelet(t *testing.T) {
 	client, cfg := startTestAgent(t)
 	if _, err := client.CoreV1().Pods("default").Create(context.Background(), testPod("web-1"), metav1.CreateOptions{}); err != nil {
@@ -242,14 +281,7 @@ func TestPodRunsAndTerminatesLikeKubelet(t *testing.T) {
 
 	del := deleteGracefully(t, client, "web-1")
 	t0 := del.t0
-	var final *v1.Pod
-	del.wait(t, 20*time.Second, "deleted by the agent", func(p *v1.Pod, ev watch.EventType) bool {
-		if ev == watch.Deleted {
-			return true
-		}
-		final = p
-		return false
-	})
+	final := del.lastStatus(t, 20*time.Second)
 	took := time.Since(t0)
 	if final == nil || len(final.Status.ContainerStatuses) != 1 || final.Status.ContainerStatuses[0].State.Terminated == nil {
 		t.Fatalf("last status before deletion has no terminated container: %+v", final)

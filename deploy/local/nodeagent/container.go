@@ -11,7 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// startDue starts every container whose (re)start is due.
+// startDue starts every container whose (re)start is due, in the kubelet's
+// order (kuberuntime_container.go, computeInitContainerActions): each init
+// container waits for the one before it, a regular one until it exited 0,
+// a sidecar until it started (its startup probe passed, else once it
+// runs); the containers start once every init container did so. A sidecar
+// that exits after that is restarted without holding anything back.
 func (w *podWorker) startDue(ctx context.Context) {
 	if w.nsPath == "" {
 		w.setupNetwork(ctx)
@@ -25,33 +30,24 @@ func (w *podWorker) startDue(ctx context.Context) {
 	}
 	now := w.a.clock.Now()
 	for _, c := range w.containers {
-		if c.init && c.done {
+		if c.init && c.done && !c.sidecar {
 			continue
 		}
-		if c.init && c.proc != nil {
-			return // init containers run one at a time, in order
-		}
-		if !c.init && !w.initDone() {
-			return
-		}
-		if c.proc != nil || c.noMore || now.Before(c.nextTry) {
-			if c.init {
-				return
+		if c.proc == nil && !c.noMore && !now.Before(c.nextTry) {
+			if err := w.start(ctx, c); err != nil {
+				w.log.Error("start container", "container", c.spec.Name, "err", err)
+				c.view.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}}
+				c.nextTry = now.Add(10 * time.Second)
 			}
-			continue
 		}
-		if err := w.start(ctx, c); err != nil {
-			w.log.Error("start container", "container", c.spec.Name, "err", err)
-			c.view.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}}
-			c.nextTry = now.Add(10 * time.Second)
-		}
-		if c.init {
-			return
+		if c.init && !c.done {
+			return // the next one waits for this one
 		}
 	}
 }
 
-// initDone reports whether every init container has exited 0.
+// initDone reports whether every regular init container has exited 0 and
+// every sidecar has started.
 func (w *podWorker) initDone() bool {
 	for _, c := range w.containers {
 		if c.init && !c.done {
@@ -115,6 +111,7 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 	c.view.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(p.started)}}
 	c.view.Started = c.spec.StartupProbe == nil
 	c.view.Ready = c.spec.ReadinessProbe == nil && c.spec.StartupProbe == nil
+	c.done = c.done || c.sidecar && c.view.Started
 	w.log.Info("container started", "container", c.spec.Name, "pid", p.cmd.Process.Pid, "path", path)
 	pctx, cancel := context.WithCancel(ctx)
 	c.stopProb = cancel
@@ -200,12 +197,18 @@ func (w *podWorker) exited(c *container, run int) {
 		c.noMore = true
 		return
 	}
-	if c.init && p.exit.Code == 0 {
+	if c.init && !c.sidecar && p.exit.Code == 0 {
 		c.done, c.noMore = true, true
 		return
 	}
 	policy := w.pod.Spec.RestartPolicy
-	if c.init && policy == v1.RestartPolicyAlways {
+	switch {
+	case c.sidecar:
+		// A sidecar restarts whatever the pod's policy
+		// (computeInitContainerActions: an exited restartable init
+		// container is always started again).
+		policy = v1.RestartPolicyAlways
+	case c.init && policy == v1.RestartPolicyAlways:
 		policy = v1.RestartPolicyOnFailure // init containers rerun only on failure
 	}
 	if !shouldRestart(policy, p.exit.Code) {
@@ -247,6 +250,7 @@ func (w *podWorker) probers(ctx context.Context, c *container, run int, started 
 			if c.run == run && c.proc != nil {
 				c.view.Started = true
 				c.view.Ready = c.spec.ReadinessProbe == nil
+				c.done = c.done || c.sidecar
 			}
 		})
 	}
@@ -329,7 +333,7 @@ func (w *podWorker) killForProbe(ctx context.Context, c *container, run int, pro
 	}
 	c.killing = true
 	c.hurry = make(chan time.Time, 1)
-	go w.kill(ctx, c, c.proc, grace)
+	go w.kill(ctx, c, c.proc, grace, nil)
 }
 
 func (w *podWorker) probeOnce(ctx context.Context, c *container, p *v1.Probe, timeout time.Duration) error {

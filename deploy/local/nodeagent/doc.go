@@ -50,6 +50,15 @@
 // loopback and pod addresses and never follow redirects.
 //
 // Init containers run one at a time, to completion, before the others.
+// Native sidecars (init containers with restartPolicy Always) run as the
+// kubelet runs them: the next container starts once a sidecar has started
+// (its startup probe passed, if it has one), it is restarted with the
+// usual back-off whatever the pod's restartPolicy, its readiness counts
+// toward the pod's, and it is stopped only after every regular container
+// exited, in reverse order, within the pod's grace period; its preStop
+// hook runs when the termination begins, as the kubelet's does
+// (kuberuntime_termination_order.go). A pod whose regular containers are
+// done stops its sidecars and completes.
 // Exec hooks and probes run in the pod's network namespace as the
 // container's user, in a mount namespace of their own.
 //
@@ -69,8 +78,8 @@
 // gets the kubernetes Service's KUBERNETES_SERVICE_HOST/PORT variables, as
 // the kubelet gives them, so client-go's in-cluster config works.
 //
-// It does not pull images, run postStart hooks, sidecar (restartable init)
-// containers, resource limits (cgroups), or PID/IPC namespaces; it does not
-// inject the other Services' link variables (enableServiceLinks), enforce
-// an emptyDir's sizeLimit or back medium Memory with a tmpfs.
+// It does not pull images, run postStart hooks, resource limits (cgroups),
+// or PID/IPC namespaces; it does not inject the other Services' link
+// variables (enableServiceLinks), enforce an emptyDir's sizeLimit or back
+// medium Memory with a tmpfs.
 package nodeagent

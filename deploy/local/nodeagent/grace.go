@@ -27,17 +27,30 @@ func podGracePeriod(pod *v1.Pod) int64 {
 
 // stopTimeout is how long the runtime waits between SIGTERM and SIGKILL
 // (kuberuntime_container.go, killContainer): the grace period minus the
-// preStop hook's run time truncated to whole seconds (executePreStopHook
-// returns int64 seconds), never below the 2 s minimum. Termination
-// therefore lasts grace + the preStop's fraction of a second at most.
-func stopTimeout(grace int64, preStop bool, preStopTook time.Duration) time.Duration {
-	if preStop && grace > 0 {
-		grace -= int64(preStopTook.Seconds())
+// preStop hook's run time, then minus a sidecar's wait for its turn
+// (waiting), each in whole seconds (executePreStopHook returns int64
+// seconds, waitForTurn's float64 is truncated), never below the 2 s
+// minimum. Termination therefore lasts grace + a fraction of a second at
+// most, or longer for a sidecar whose turn came late.
+func stopTimeout(grace int64, hook, waiting time.Duration) time.Duration {
+	return time.Duration(max(graceLeft(graceLeft(grace, hook), waiting), minimumGracePeriod)) * time.Second
+}
+
+// graceLeft is the grace period in seconds left after a wait of took. The
+// kubelet skips a wait (preStop, turn) when nothing is left, so nothing is
+// subtracted then.
+func graceLeft(grace int64, took time.Duration) int64 {
+	if grace <= 0 {
+		return grace
 	}
-	if grace < minimumGracePeriod {
-		grace = minimumGracePeriod
-	}
-	return time.Duration(grace) * time.Second
+	return grace - int64(took.Seconds())
+}
+
+// isSidecar reports whether an init container is a native sidecar, one
+// with restartPolicy Always (pkg/api/v1/pod/util.go,
+// IsRestartableInitContainer).
+func isSidecar(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
 // Restart backoff of exited containers, as the kubelet's defaults
@@ -64,8 +77,9 @@ func restartDelay(n int) time.Duration {
 }
 
 // shouldRestart reports whether a container that exited with code is
-// restarted under the pod's restart policy (the container's own
-// restartPolicy, for sidecars, is not supported).
+// restarted under the pod's restart policy. Sidecars restart whatever it
+// says (see exited); other per-container restart rules (the
+// ContainerRestartRules feature) are not supported.
 func shouldRestart(policy v1.RestartPolicy, code int32) bool {
 	switch policy {
 	case v1.RestartPolicyNever:

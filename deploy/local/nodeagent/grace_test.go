@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -33,26 +34,66 @@ func TestPodGracePeriod(t *testing.T) {
 
 func TestStopTimeout(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		grace   int64
-		preStop bool
-		took    time.Duration
-		want    time.Duration
+		name          string
+		grace         int64
+		hook, waiting time.Duration
+		want          time.Duration
 	}{
-		{"no hook: whole grace", 30, false, 0, 30 * time.Second},
-		{"hook time is subtracted", 30, true, 10 * time.Second, 20 * time.Second},
+		{"no hook: whole grace", 30, 0, 0, 30 * time.Second},
+		{"hook time is subtracted", 30, 10 * time.Second, 0, 20 * time.Second},
 		// executePreStopHook returns whole seconds: 10.9 s counts as 10.
-		{"hook seconds truncate", 30, true, 10900 * time.Millisecond, 20 * time.Second},
-		{"hook used it all: minimum", 30, true, 30 * time.Second, 2 * time.Second},
-		{"hook overran: minimum", 5, true, 9 * time.Second, 2 * time.Second},
-		{"zero grace: minimum", 0, false, 0, 2 * time.Second},
-		{"hook time ignored when grace is 0", 0, true, 5 * time.Second, 2 * time.Second},
+		{"hook seconds truncate", 30, 10900 * time.Millisecond, 0, 20 * time.Second},
+		{"hook used it all: minimum", 30, 30 * time.Second, 0, 2 * time.Second},
+		{"hook overran: minimum", 5, 9 * time.Second, 0, 2 * time.Second},
+		{"zero grace: minimum", 0, 0, 0, 2 * time.Second},
+		{"hook time ignored when grace is 0", 0, 5 * time.Second, 0, 2 * time.Second},
+		// A sidecar's wait for its turn comes off what the hook left,
+		// truncated too (waitForTurn's float seconds through int64).
+		{"turn wait is subtracted", 30, 10900 * time.Millisecond, 5900 * time.Millisecond, 15 * time.Second},
+		{"turn wait used the rest: minimum", 10, 4 * time.Second, 6 * time.Second, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := stopTimeout(tc.grace, tc.preStop, tc.took); got != tc.want {
-				t.Fatalf("stopTimeout(%d, %v, %s) = %s, want %s", tc.grace, tc.preStop, tc.took, got, tc.want)
+			if got := stopTimeout(tc.grace, tc.hook, tc.waiting); got != tc.want {
+				t.Fatalf("stopTimeout(%d, %s, %s) = %s, want %s", tc.grace, tc.hook, tc.waiting, got, tc.want)
 			}
 		})
+	}
+}
+
+// A sidecar's SIGTERM waits for every running regular container and for
+// the sidecar declared next, if that one runs: a stopped sidecar breaks
+// the chain, as in kuberuntime_termination_order.go.
+func TestTerminationTurns(t *testing.T) {
+	ctr := func(name string, init, sidecar, running bool) *container {
+		c := &container{spec: v1.Container{Name: name}, init: init, sidecar: sidecar}
+		if running {
+			c.proc = &proc{done: make(chan struct{})}
+		}
+		return c
+	}
+	cs := []*container{
+		ctr("init", true, false, false),
+		ctr("a", true, true, true),
+		ctr("b", true, true, false),
+		ctr("c", true, true, true),
+		ctr("d", true, true, true),
+		ctr("app", false, false, true),
+		ctr("job", false, false, false),
+	}
+	want := map[string][]string{"a": {"app"}, "c": {"app", "d"}, "d": {"app"}}
+	got := terminationTurns(cs)
+	for i, c := range cs {
+		var names []string
+		for _, ch := range got[i] {
+			for _, o := range cs {
+				if o.proc != nil && (<-chan struct{})(o.proc.done) == ch {
+					names = append(names, o.spec.Name)
+				}
+			}
+		}
+		if !slices.Equal(names, want[c.spec.Name]) {
+			t.Errorf("%s waits for %v, want %v", c.spec.Name, names, want[c.spec.Name])
+		}
 	}
 }
 

@@ -133,10 +133,7 @@ func TestExitedContainerIsRestartedWithBackoff(t *testing.T) {
 func TestInitContainersRunFirst(t *testing.T) {
 	client, _ := startTestAgent(t)
 	pod := testPod("inity-8")
-	init := pod.Spec.Containers[0]
-	init.Name, init.Args = "init", []string{"exit-0"}
-	init.ReadinessProbe, init.Lifecycle, init.Ports = nil, nil, nil
-	pod.Spec.InitContainers = []v1.Container{init}
+	pod.Spec.InitContainers = []v1.Container{initOf(pod, "init", "exit-0")}
 	if _, err := client.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -168,16 +165,7 @@ func TestCompletedPodReleasesNetworkAndIsDeletedOnRequest(t *testing.T) {
 	if cs := p.Status.ContainerStatuses[0]; cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 3 || cs.RestartCount != 0 {
 		t.Fatalf("container status %+v, want exited 3, never restarted", cs)
 	}
-	// The sandbox goes once the pod is done, as the kubelet kills it.
-	deadline := time.Now().Add(10 * time.Second)
-	for l, _ := listNetns(cfg.Prefix); len(l) > 0; l, _ = listNetns(cfg.Prefix) {
-		if time.Now().After(deadline) {
-			t.Fatalf("network namespaces %v still there 10 s after the pod finished", l)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	del := deleteGracefully(t, client, pod.Name)
-	del.wait(t, 10*time.Second, "deleted by the agent", func(_ *v1.Pod, ev watch.EventType) bool { return ev == watch.Deleted })
+	releasedThenDeleted(t, client, cfg, pod.Name)
 }
 
 func TestLivenessFailureRestartsAndStartupGatesReadiness(t *testing.T) {

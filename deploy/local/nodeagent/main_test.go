@@ -47,6 +47,7 @@ const (
 
 // appReport is what the test app writes as its termination message.
 type appReport struct {
+	StartedNS int64             `json:"started_ns"`
 	PreStopNS int64             `json:"prestop_ns"`
 	SigtermNS int64             `json:"sigterm_ns"`
 	Env       map[string]string `json:"env"`
@@ -62,19 +63,36 @@ type appReport struct {
 
 // testApp serves :8080 (/healthz, /prestop, /report) and on SIGTERM writes
 // its report to /dev/termination-log and exits 0, or with "ignore-term"
-// keeps running until killed.
+// keeps running until killed. Options: "port=N" serves :N instead (native
+// sidecars share the pod's network namespace), "listen-after=D" listens
+// only D after the start, "linger=D" exits D after SIGTERM.
 func testApp(args []string) {
+	started := time.Now().UnixNano()
 	ignore := slices.Contains(args, "ignore-term")
 	// unready-on-term: /healthz answers 503 after SIGTERM, as the probe does.
 	unready := slices.Contains(args, "unready-on-term")
+	port, listenAfter, linger := "8080", time.Duration(0), time.Duration(0)
+	for _, a := range args {
+		switch k, v, _ := strings.Cut(a, "="); k {
+		case "port":
+			port = v
+		case "listen-after":
+			listenAfter, _ = time.ParseDuration(v)
+		case "linger":
+			linger, _ = time.ParseDuration(v)
+		}
+	}
 	if len(args) > 0 && args[0] == "exit-3" {
 		os.Exit(3)
 	}
 	if len(args) > 0 && args[0] == "exit-0" {
+		// The start stamp, for tests of the start order.
+		b, _ := json.Marshal(appReport{StartedNS: started})
+		_ = os.WriteFile("/dev/termination-log", b, 0o644)
 		os.Exit(0)
 	}
 	var mu sync.Mutex
-	rep := appReport{Env: map[string]string{}, UID: os.Getuid()}
+	rep := appReport{StartedNS: started, Env: map[string]string{}, UID: os.Getuid()}
 	for _, k := range []string{"POD_NAME", "POD_NAMESPACE", "POD_IP", "NODE_NAME", "GREETING", "PATH", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} {
 		rep.Env[k] = os.Getenv(k)
 	}
@@ -136,10 +154,12 @@ func testApp(args []string) {
 		mu.Unlock()
 		write()
 		if !ignore {
+			time.Sleep(linger)
 			os.Exit(0)
 		}
 	}()
-	if err := http.ListenAndServe(":8080", nil); err != nil {
+	time.Sleep(listenAfter)
+	if err := http.ListenAndServe(":"+port, nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}

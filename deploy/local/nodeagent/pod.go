@@ -20,7 +20,8 @@ type container struct {
 	spec     v1.Container
 	view     containerView
 	init     bool // an init container: runs to completion before the others
-	done     bool // an init container that exited 0
+	sidecar  bool // a restartable init container: runs beside the others
+	done     bool // an init container that exited 0, or a sidecar that started once
 	proc     *proc
 	run      int                // increments at each start
 	stopProb context.CancelFunc // stops the readiness prober of this run
@@ -124,11 +125,12 @@ func (w *podWorker) run(ctx context.Context) {
 	inits := len(w.pod.Spec.InitContainers)
 	for i, spec := range append(append([]v1.Container(nil), w.pod.Spec.InitContainers...), w.pod.Spec.Containers...) {
 		c := &container{spec: spec, init: i < inits}
+		c.sidecar = c.init && isSidecar(&c.spec)
 		reason := "ContainerCreating"
 		if inits > 0 {
 			reason = "PodInitializing"
 		}
-		c.view = containerView{Name: c.spec.Name, Image: c.spec.Image, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: reason}}}
+		c.view = containerView{Name: c.spec.Name, Image: c.spec.Image, Sidecar: c.sidecar, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: reason}}}
 		c.termFile = filepath.Join(w.dir, c.spec.Name+".termination-log")
 		c.logFile = filepath.Join(w.dir, c.spec.Name+".log")
 		w.containers = append(w.containers, c)
@@ -151,6 +153,7 @@ func (w *podWorker) run(ctx context.Context) {
 		}
 		if w.termStart.IsZero() {
 			w.startDue(ctx)
+			w.stopSidecarsWhenDone(ctx)
 		}
 		if w.finishedTermination() {
 			w.finish(ctx)

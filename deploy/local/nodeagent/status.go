@@ -20,6 +20,8 @@ type containerView struct {
 	Ever bool
 	// Started is true while it runs and its startup probe (if any) passed.
 	Started bool
+	// Sidecar marks a restartable init container (restartPolicy Always).
+	Sidecar bool
 }
 
 // podView is what the agent knows about a pod; buildStatus renders it.
@@ -32,7 +34,8 @@ type podView struct {
 	// (deletion finished, or they exited and will not restart).
 	Terminal   bool
 	Containers []containerView
-	// InitContainers run before Containers; InitDone once all exited 0.
+	// InitContainers run before Containers; InitDone once every regular
+	// one exited 0 and every sidecar started.
 	InitContainers []containerView
 	InitDone       bool
 	// Conditions carries each owned condition's status and its last
@@ -52,11 +55,16 @@ var ownedConditions = []v1.PodConditionType{
 	v1.PodReadyToStartContainers, v1.PodInitialized, v1.ContainersReady, v1.PodReady,
 }
 
-// wantConditions is each owned condition's status for v.
+// wantConditions is each owned condition's status for v. Sidecars'
+// readiness counts as the containers' (pkg/kubelet/status/generate.go,
+// GenerateContainersReadyCondition).
 func wantConditions(v podView) map[v1.PodConditionType]bool {
 	ready := len(v.Containers) > 0 && !v.Terminal
 	for _, c := range v.Containers {
 		ready = ready && c.Ready
+	}
+	for _, c := range v.InitContainers {
+		ready = ready && (!c.Sidecar || c.Ready)
 	}
 	return map[v1.PodConditionType]bool{
 		v1.PodReadyToStartContainers: v.NetworkReady && !v.Terminal,
@@ -83,7 +91,9 @@ func updateConditions(prev map[v1.PodConditionType]condState, want map[v1.PodCon
 // podPhase is the pod's phase as the kubelet computes it
 // (pkg/kubelet/kubelet_pods.go, getPhase): Pending until every container
 // has started once, Running while any may still run, and once terminal
-// Succeeded when every container exited 0, else Failed.
+// Succeeded when every container exited 0, else Failed. Sidecars count only
+// until they first started (InitDone): one waiting to restart, or stopped at
+// the end, changes nothing.
 func podPhase(v podView) v1.PodPhase {
 	if v.Terminal {
 		for _, c := range v.Containers {
@@ -142,33 +152,37 @@ func buildStatus(v podView) v1.PodStatus {
 		s.Conditions = append(s.Conditions, cond)
 	}
 	for _, c := range v.InitContainers {
-		started := c.State.Running != nil
-		done := c.State.Terminated != nil && c.State.Terminated.ExitCode == 0
-		s.InitContainerStatuses = append(s.InitContainerStatuses, v1.ContainerStatus{
-			Name:                 c.Name,
-			Image:                c.Image,
-			ImageID:              c.Image,
-			ContainerID:          c.ContainerID,
-			State:                c.State,
-			LastTerminationState: c.LastState,
-			Ready:                done,
-			RestartCount:         c.RestartCount,
-			Started:              &started,
-		})
+		if c.Sidecar {
+			s.InitContainerStatuses = append(s.InitContainerStatuses, containerStatus(c))
+			continue
+		}
+		cs := containerStatus(c)
+		// Ready once completed (prober_manager.go, UpdatePodStatus);
+		// started while it runs, it has no startup probe.
+		cs.Ready = c.State.Terminated != nil && c.State.Terminated.ExitCode == 0
+		*cs.Started = c.State.Running != nil
+		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
 	}
 	for _, c := range v.Containers {
-		started := c.State.Running != nil && c.Started
-		s.ContainerStatuses = append(s.ContainerStatuses, v1.ContainerStatus{
-			Name:                 c.Name,
-			Image:                c.Image,
-			ImageID:              c.Image,
-			ContainerID:          c.ContainerID,
-			State:                c.State,
-			LastTerminationState: c.LastState,
-			Ready:                c.Ready && c.State.Running != nil,
-			RestartCount:         c.RestartCount,
-			Started:              &started,
-		})
+		s.ContainerStatuses = append(s.ContainerStatuses, containerStatus(c))
 	}
 	return s
+}
+
+// containerStatus renders a regular container or a sidecar: started once
+// its startup probe passed, ready while running and ready
+// (prober_manager.go, UpdatePodStatus).
+func containerStatus(c containerView) v1.ContainerStatus {
+	started := c.State.Running != nil && c.Started
+	return v1.ContainerStatus{
+		Name:                 c.Name,
+		Image:                c.Image,
+		ImageID:              c.Image,
+		ContainerID:          c.ContainerID,
+		State:                c.State,
+		LastTerminationState: c.LastState,
+		Ready:                c.Ready && c.State.Running != nil,
+		RestartCount:         c.RestartCount,
+		Started:              &started,
+	}
 }

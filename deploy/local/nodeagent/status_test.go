@@ -39,6 +39,12 @@ func TestPodPhase(t *testing.T) {
 		{"terminal, all 0", podView{Terminal: true, Containers: []containerView{exited(0), exited(0)}}, v1.PodSucceeded},
 		{"terminal, one killed", podView{Terminal: true, Containers: []containerView{exited(0), exited(137)}}, v1.PodFailed},
 		{"terminal, never ran", podView{Terminal: true, Containers: []containerView{waiting}}, v1.PodFailed},
+		// Sidecars (pkg/kubelet/kubelet_pods.go, getPhase): a started
+		// one does not hold the pod Pending, a stopped one does not fail it.
+		{"sidecar started, app waiting", podView{InitDone: true, InitContainers: []containerView{sidecar(running(true))}, Containers: []containerView{waiting}}, v1.PodPending},
+		{"sidecar and app running", podView{InitDone: true, InitContainers: []containerView{sidecar(running(false))}, Containers: []containerView{running(true)}}, v1.PodRunning},
+		{"sidecar restarting, app running", podView{InitDone: true, InitContainers: []containerView{sidecar(restarting)}, Containers: []containerView{running(true)}}, v1.PodRunning},
+		{"terminal, sidecar killed", podView{Terminal: true, InitContainers: []containerView{sidecar(exited(137))}, Containers: []containerView{exited(0)}}, v1.PodSucceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := podPhase(tc.v); got != tc.want {
@@ -47,6 +53,52 @@ func TestPodPhase(t *testing.T) {
 		})
 	}
 }
+
+// sidecar is c as a restartable init container.
+func sidecar(c containerView) containerView {
+	c.Name, c.Sidecar = "side", true
+	return c
+}
+
+// The kubelet counts a sidecar's readiness toward the pod's and renders its
+// status as a regular container's (status/generate.go,
+// prober/prober_manager.go: UpdatePodStatus).
+func TestSidecarStatus(t *testing.T) {
+	notStarted := sidecar(running(false))
+	notStarted.Started = false
+	for _, tc := range []struct {
+		name                  string
+		side                  containerView
+		started, ready, podOK bool
+	}{
+		{"ready", sidecar(running(true)), true, true, true},
+		{"not ready", sidecar(running(false)), true, false, false},
+		{"startup probe pending", notStarted, false, false, false},
+		{"exited", sidecar(exited(0)), false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.side.RestartCount = 2
+			v := podView{NetworkReady: true, InitDone: true, InitContainers: []containerView{exited(0), tc.side}, Containers: []containerView{running(true)}}
+			v.Conditions = updateConditions(nil, wantConditions(v), t0)
+			s := buildStatus(v)
+			if len(s.InitContainerStatuses) != 2 {
+				t.Fatalf("init container statuses %+v", s.InitContainerStatuses)
+			}
+			if init := s.InitContainerStatuses[0]; !init.Ready {
+				t.Errorf("completed init container not ready: %+v", init)
+			}
+			cs := s.InitContainerStatuses[1]
+			if cs.Started == nil || *cs.Started != tc.started || cs.Ready != tc.ready || cs.RestartCount != 2 {
+				t.Errorf("sidecar status started %v ready %v restartCount %d, want %v %v 2", ptrOr(cs.Started), cs.Ready, cs.RestartCount, tc.started, tc.ready)
+			}
+			if got := v.Conditions[v1.PodReady].Status; got != tc.podOK || v.Conditions[v1.ContainersReady].Status != tc.podOK {
+				t.Errorf("Ready %v, want %v", got, tc.podOK)
+			}
+		})
+	}
+}
+
+func ptrOr(b *bool) bool { return b != nil && *b }
 
 func TestUpdateConditionsKeepsTransitionTimes(t *testing.T) {
 	c1 := updateConditions(nil, map[v1.PodConditionType]bool{v1.PodReady: false, v1.PodInitialized: true}, t0)

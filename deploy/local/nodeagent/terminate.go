@@ -42,7 +42,17 @@ func (w *podWorker) beginTermination(ctx context.Context) {
 	}
 	w.termStart, w.grace = now, grace
 	w.log.Info("terminating", "grace_s", grace)
-	for _, c := range w.containers {
+	w.killAll(ctx, w.containers, grace)
+}
+
+// killAll kills the running containers of cs, all at once but for the
+// sidecars' SIGTERM, which waits its turn (terminationTurns), as the
+// kubelet's killContainersWithSyncResult does
+// (pkg/kubelet/kuberuntime/kuberuntime_container.go). None of cs starts
+// again.
+func (w *podWorker) killAll(ctx context.Context, cs []*container, grace int64) {
+	turns := terminationTurns(cs)
+	for i, c := range cs {
 		c.noMore = true
 		if c.killing {
 			// Already being killed (a failed liveness probe): that kill
@@ -59,8 +69,65 @@ func (w *podWorker) beginTermination(ctx context.Context) {
 		}
 		c.killing = true
 		c.hurry = make(chan time.Time, 1)
-		go w.kill(ctx, c, c.proc, grace)
+		go w.kill(ctx, c, c.proc, grace, turns[i])
 	}
+}
+
+// terminationTurns is, for each of cs, what its SIGTERM waits for
+// (pkg/kubelet/kuberuntime/kuberuntime_termination_order.go,
+// newTerminationOrdering): a sidecar waits for the exit of every running
+// regular container and of the running sidecar declared right after it,
+// so sidecars stop after the app, in reverse order; the others wait for
+// nothing. A sidecar not running has nothing to wait for, and is not
+// waited for.
+func terminationTurns(cs []*container) [][]<-chan struct{} {
+	var mains []<-chan struct{}
+	for _, c := range cs {
+		if !c.init && c.proc != nil {
+			mains = append(mains, c.proc.done)
+		}
+	}
+	turns := make([][]<-chan struct{}, len(cs))
+	var next *container // the sidecar declared after the one at hand
+	for i := len(cs) - 1; i >= 0; i-- {
+		c := cs[i]
+		if !c.sidecar {
+			continue
+		}
+		if c.proc != nil {
+			turns[i] = append(turns[i], mains...)
+			if next != nil && next.proc != nil {
+				turns[i] = append(turns[i], next.proc.done)
+			}
+		}
+		next = c
+	}
+	return turns
+}
+
+// stopSidecarsWhenDone ends a pod whose regular containers have all exited
+// for good (restartPolicy Never or OnFailure, or a failed init container
+// under Never): its sidecars are killed as at a deletion, with the pod's
+// grace period, and never restarted (kuberuntime_manager.go,
+// computePodActions: KillPod once no container is kept or started). The
+// pod then turns terminal (doneRunning).
+func (w *podWorker) stopSidecarsWhenDone(ctx context.Context) {
+	var sidecars []*container
+	for _, c := range w.containers {
+		switch {
+		case c.sidecar:
+			if !c.noMore || c.proc != nil && !c.killing {
+				sidecars = append(sidecars, c)
+			}
+		case c.proc != nil || !c.noMore:
+			return
+		}
+	}
+	if len(sidecars) == 0 {
+		return
+	}
+	w.log.Info("containers done: stopping the sidecars")
+	w.killAll(ctx, sidecars, podGracePeriod(w.pod))
 }
 
 // lastOrNever is the terminated state of a container that is not running
@@ -74,45 +141,26 @@ func lastOrNever(c *container) *v1.ContainerStateTerminated {
 
 // kill stops one container exactly as the kubelet does
 // (pkg/kubelet/kuberuntime/kuberuntime_container.go, killContainer): the
-// preStop hook runs for at most the grace period; the rest of the grace
-// period (whole seconds, at least 2 s) is the runtime's SIGTERM→SIGKILL
-// wait. A shorter deadline arriving on c.hurry cuts either wait.
-func (w *podWorker) kill(ctx context.Context, c *container, p *proc, grace int64) {
+// preStop hook runs for at most the grace period; a sidecar then waits
+// for its turn (the exit of the processes in turn) for at most what is
+// left; the rest of the grace period (whole seconds, at least 2 s) is the
+// runtime's SIGTERM→SIGKILL wait. A shorter deadline arriving on c.hurry
+// cuts any of these waits.
+func (w *podWorker) kill(ctx context.Context, c *container, p *proc, grace int64, turn []<-chan struct{}) {
 	hook := c.spec.Lifecycle != nil && c.spec.Lifecycle.PreStop != nil
-	start := time.Now()
 	var by time.Time // shortened deadline, zero if none
+	var hookTook, turnTook time.Duration
 	if hook && grace > 0 {
-		done := make(chan struct{})
-		hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
-		go func() {
-			defer close(done)
-			if err := w.runHook(hctx, c, c.spec.Lifecycle.PreStop, time.Duration(grace)*time.Second); err != nil {
-				w.log.Warn("preStop hook failed", "container", c.spec.Name, "err", err)
-			}
-		}()
-		w.log.Info("preStop hook running", "container", c.spec.Name)
-		t := time.NewTimer(time.Duration(grace) * time.Second)
-	wait:
-		for {
-			select {
-			case <-done:
-				break wait
-			case <-t.C:
-				w.log.Info("preStop hook not completed in grace period", "container", c.spec.Name)
-				break wait
-			case by = <-c.hurry:
-				if !t.Stop() {
-					break wait
-				}
-				t.Reset(time.Until(by))
-			case <-p.done:
-				break wait
-			}
-		}
-		t.Stop()
-		cancel()
+		start := time.Now()
+		by = w.preStop(ctx, c, p, grace)
+		hookTook = time.Since(start)
 	}
-	timeout := stopTimeout(grace, hook, time.Since(start))
+	if left := graceLeft(grace, hookTook); len(turn) > 0 && left > 0 {
+		start := time.Now()
+		by = waitTurn(c, p, turn, start.Add(time.Duration(left)*time.Second), by)
+		turnTook = time.Since(start)
+	}
+	timeout := stopTimeout(grace, hookTook, turnTook)
 	if !by.IsZero() {
 		timeout = min(timeout, max(time.Until(by), 0))
 	}
@@ -140,6 +188,68 @@ func (w *podWorker) kill(ctx context.Context, c *container, p *proc, grace int64
 	w.log.Info("SIGKILL", "container", c.spec.Name, "after_grace_s", grace)
 	p.signal(syscall.SIGKILL)
 	<-p.done
+}
+
+// preStop runs the container's preStop hook for at most grace seconds, or
+// until it exits, and returns the shortened deadline that came on c.hurry
+// meanwhile (zero if none).
+func (w *podWorker) preStop(ctx context.Context, c *container, p *proc, grace int64) time.Time {
+	var by time.Time
+	done := make(chan struct{})
+	hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
+	defer cancel()
+	go func() {
+		defer close(done)
+		if err := w.runHook(hctx, c, c.spec.Lifecycle.PreStop, time.Duration(grace)*time.Second); err != nil {
+			w.log.Warn("preStop hook failed", "container", c.spec.Name, "err", err)
+		}
+	}()
+	w.log.Info("preStop hook running", "container", c.spec.Name)
+	t := time.NewTimer(time.Duration(grace) * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return by
+		case <-t.C:
+			w.log.Info("preStop hook not completed in grace period", "container", c.spec.Name)
+			return by
+		case by = <-c.hurry:
+			if !t.Stop() {
+				return by
+			}
+			t.Reset(time.Until(by))
+		case <-p.done:
+			return by
+		}
+	}
+}
+
+// waitTurn waits until every channel of turn is closed, or the deadline
+// end (or a shortened one, by or from c.hurry) passes, or the container
+// exits on its own (kuberuntime_termination_order.go, waitForTurn). It
+// returns the shortened deadline, zero if none.
+func waitTurn(c *container, p *proc, turn []<-chan struct{}, end, by time.Time) time.Time {
+	for _, ch := range turn {
+		for waiting := true; waiting; {
+			if !by.IsZero() && by.Before(end) {
+				end = by
+			}
+			t := time.NewTimer(time.Until(end))
+			select {
+			case <-ch:
+				waiting = false
+			case by = <-c.hurry:
+			case <-p.done:
+				t.Stop()
+				return by
+			case <-t.C:
+				return by
+			}
+			t.Stop()
+		}
+	}
+	return by
 }
 
 // runHook runs a lifecycle handler (pkg/kubelet/lifecycle/handlers.go):
