@@ -10,6 +10,12 @@
 // of every object (security context, probes, hook, annotations) lives only in
 // the YAML; nothing is built from strings.
 //
+// For a team's own Deployment (measure --target) it builds the `epwindow
+// sidecar` witness as a native sidecar from deploy/sidecar/container.yaml,
+// and the strategic-merge patches that add and remove it (SidecarPatch,
+// SidecarRemovePatch) or the kustomize Component that keeps it
+// (SidecarComponent).
+//
 // It also states the permissions `epwindow measure` needs (PermissionsFor,
 // the same rules as deploy/rbac/) and checks them with
 // SelfSubjectAccessReviews before anything is created (MissingPermissions).

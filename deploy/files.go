@@ -15,7 +15,7 @@ import (
 // files are the manifests as committed under deploy/: the same files that
 // `kustomize build deploy/overlays/<controller>` reads.
 //
-//go:embed base overlays rbac httproute schedule
+//go:embed base overlays rbac httproute schedule sidecar
 var files embed.FS
 
 // Files returns the embedded manifests: base/, overlays/<name>/,
