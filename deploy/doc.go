@@ -17,7 +17,8 @@
 // (SidecarComponent).
 //
 // It also states the permissions `epwindow measure` needs (PermissionsFor,
-// the same rules as deploy/rbac/) and checks them with
+// the same rules as deploy/rbac/; TargetPermissions for measure --target,
+// deploy/rbac/target) and checks them with
 // SelfSubjectAccessReviews before anything is created (MissingPermissions).
 //
 // It does not talk to a cluster otherwise: applying, watching and deleting

@@ -6,6 +6,9 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resmap"
@@ -63,6 +66,16 @@ func overlayDir(name string) (string, error) {
 // kustomize builds dir (relative to deploy/) from the embedded files, in an
 // in-memory filesystem: no disk, no network, no plugins.
 func kustomize(dir string) (resmap.ResMap, error) {
+	mem, err := embeddedFS()
+	if err != nil {
+		return nil, err
+	}
+	return build(mem, dir)
+}
+
+// embeddedFS copies the embedded manifests into an in-memory filesystem,
+// at its root.
+func embeddedFS() (filesys.FileSystem, error) {
 	mem := filesys.MakeFsInMemory()
 	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -80,12 +93,38 @@ func kustomize(dir string) (resmap.ResMap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("copy embedded manifests: %w", err)
 	}
+	return mem, nil
+}
+
+func build(mem filesys.FileSystem, dir string) (resmap.ResMap, error) {
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	m, err := k.Run(mem, "/"+dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build deploy/%s: %w", dir, err)
 	}
 	return m, nil
+}
+
+// KustomizeIn is Kustomize with every namespaced object in namespace ns:
+// dir built as the resource of a kustomization that sets `namespace: ns`,
+// e.g. KustomizeIn("rbac/target", "team-a").
+func KustomizeIn(dir, ns string) ([]byte, error) {
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return nil, fmt.Errorf("namespace %q: %s", ns, strings.Join(errs, "; "))
+	}
+	mem, err := embeddedFS()
+	if err != nil {
+		return nil, err
+	}
+	wrap := fmt.Sprintf("namespace: %q\nresources: [%q]\n", ns, "../"+dir)
+	if err := mem.WriteFile("/_namespace/kustomization.yaml", []byte(wrap)); err != nil {
+		return nil, err
+	}
+	m, err := build(mem, "_namespace")
+	if err != nil {
+		return nil, fmt.Errorf("deploy/%s in namespace %q: %w", dir, ns, err)
+	}
+	return m.AsYaml()
 }
 
 // Kustomize returns `kustomize build deploy/<dir>` of the embedded files as

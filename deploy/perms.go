@@ -95,13 +95,9 @@ func PermissionsFor(createNamespace bool, route string, gw GatewayRef) []Perm {
 		perms(ScopeRun, "", "services", "", "the probe Service", append([]string{"create"}, cleanup...)...),
 	}
 	if route == RouteHTTPRoute {
-		gateway := perms(ScopeFixed, GatewayGroup, "gateways", "", "--gateway is read before anything is created: its class, and whether a controller accepted it", "get")
-		for i := range gateway {
-			gateway[i].Namespace = gw.Namespace
-		}
 		groups = append(groups,
 			perms(ScopeRun, GatewayGroup, "httproutes", "", "the probe HTTPRoute: created, read until its Gateway's controller accepts it", append([]string{"create", "get"}, cleanup...)...),
-			gateway,
+			in(gw.Namespace, perms(ScopeFixed, GatewayGroup, "gateways", "", "--gateway is read before anything is created: its class, and whether a controller accepted it", "get")),
 			perms(ScopeCluster, GatewayGroup, "gatewayclasses", "", "the Gateway's class names the controller whose answer the run waits for", "get"))
 	} else {
 		groups = append(groups,
@@ -121,17 +117,58 @@ func PermissionsFor(createNamespace bool, route string, gw GatewayRef) []Perm {
 	return out
 }
 
+// TargetPermissions lists what `epwindow measure --target deployment/NAME`
+// needs with route, verb by verb (deploy/rbac/target). Run-scoped ones are
+// in the Deployment's namespace, where it creates and deletes nothing: it
+// patches the Deployment's template (the sidecar, in and out) and evicts
+// one pod at a time. As in PermissionsFor, an HTTPRoute run is checked for
+// the Gateway API reads, an Ingress run for the Ingress ones.
+func TargetPermissions(route string, gw GatewayRef) []Perm {
+	groups := [][]Perm{
+		perms(ScopeRun, "apps", "deployments", "", "the target Deployment: read, the sidecar patched in and out of its template, its rollouts followed", "get", "patch"),
+		perms(ScopeRun, "", "pods", "", "the Deployment's pods: watched (deletion and removal stamped), the sidecar's state read", "get", "list", "watch"),
+		perms(ScopeRun, "", "pods", "eviction", "one pod removed per trial through the Eviction API, so that PodDisruptionBudgets hold", "create"),
+		perms(ScopeRun, "", "pods", "proxy", "the sidecar's /timeline and /clock (GET) through the pod proxy", "get"),
+		perms(ScopeRun, "", "services", "", "the Services that select the Deployment's pods", "list"),
+		perms(ScopeRun, "discovery.k8s.io", "endpointslices", "", "those Services' EndpointSlices, watched", "list", "watch"),
+	}
+	if route == RouteHTTPRoute {
+		groups = append(groups,
+			perms(ScopeRun, GatewayGroup, "httproutes", "", "the HTTPRoutes that route to those Services", "list"),
+			in(gw.Namespace, perms(ScopeFixed, GatewayGroup, "gateways", "", "the HTTPRoute's Gateway: its class names the controller to observe", "get")),
+			perms(ScopeCluster, GatewayGroup, "gatewayclasses", "", "the Gateway's class names the controller whose answer the run waits for", "get"))
+	} else {
+		groups = append(groups,
+			perms(ScopeRun, "networking.k8s.io", "ingresses", "", "the Ingresses that route to those Services", "list"))
+	}
+	groups = append(groups,
+		perms(ScopeRun, "policy", "poddisruptionbudgets", "", "a refused eviction names the PodDisruptionBudget that holds it", "list"))
+	if route != RouteHTTPRoute {
+		groups = append(groups, perms(ScopeCluster, "networking.k8s.io", "ingressclasses", "", "the Ingress's class (or the default one) names the controller to observe", "get", "list"))
+	}
+	groups = append(groups, perms(ScopeCluster, "authorization.k8s.io", "selfsubjectaccessreviews", "", "this permission check", "create"))
+	var out []Perm
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
 // ObserverPermissions lists what an observer that reads the controller's
 // pods (nginx, traefik, envoy, and skipper without --observer-url) needs in
 // the controller's namespace ns (deploy/rbac/observer).
 func ObserverPermissions(ns string) []Perm {
-	out := append(
+	return in(ns, append(
 		perms(ScopeFixed, "", "pods", "", "find the ingress controller's replicas", "list"),
-		perms(ScopeFixed, "", "pods", "portforward", "read each replica's own upstream list through a port-forward", "create")...)
-	for i := range out {
-		out[i].Namespace = ns
+		perms(ScopeFixed, "", "pods", "portforward", "read each replica's own upstream list through a port-forward", "create")...))
+}
+
+// in sets the namespace of ScopeFixed permissions ps.
+func in(ns string, ps []Perm) []Perm {
+	for i := range ps {
+		ps[i].Namespace = ns
 	}
-	return out
+	return ps
 }
 
 // MissingPermissions checks RequiredPermissions(true) with one

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,19 +164,25 @@ func TestRBACMatchesGo(t *testing.T) {
 		return append(PermissionsFor(createNamespace, RouteIngress, GatewayRef{}),
 			PermissionsFor(createNamespace, RouteHTTPRoute, GatewayRef{Namespace: "gw", Name: "traefik"})...)
 	}
+	target := append(TargetPermissions(RouteIngress, GatewayRef{}),
+		TargetPermissions(RouteHTTPRoute, GatewayRef{Namespace: "gw", Name: "traefik"})...)
 	tests := []struct {
-		file string
-		want map[rule]bool
+		variant, file string
+		want          map[rule]bool
 	}{
 		// The Gateway is read in its own namespace (ScopeFixed): the
 		// ClusterRoles grant that, a Role in the run's namespace cannot.
-		{"rbac/cluster/clusterrole.yaml", permRules(both(true), ScopeCluster, ScopeRun, ScopeFixed)},
-		{"rbac/namespaced/role.yaml", permRules(both(false), ScopeRun)},
-		{"rbac/namespaced/clusterrole.yaml", permRules(both(false), ScopeCluster, ScopeFixed)},
-		{"rbac/observer/role.yaml", permRules(ObserverPermissions("x"), ScopeFixed)},
+		{"cluster", "rbac/cluster/clusterrole.yaml", permRules(both(true), ScopeCluster, ScopeRun, ScopeFixed)},
+		{"namespaced", "rbac/namespaced/role.yaml", permRules(both(false), ScopeRun)},
+		{"namespaced", "rbac/clusterread/clusterrole.yaml", permRules(both(false), ScopeCluster, ScopeFixed)},
+		{"observer", "rbac/observer/role.yaml", permRules(ObserverPermissions("x"), ScopeFixed)},
+		// measure --target: a Role in the team's namespace, and the same
+		// read-only ClusterRole as the namespaced variant.
+		{"target", "rbac/target/role.yaml", permRules(target, ScopeRun)},
+		{"target", "rbac/clusterread/clusterrole.yaml", permRules(target, ScopeCluster, ScopeFixed)},
 	}
 	for _, tt := range tests {
-		t.Run(tt.file, func(t *testing.T) {
+		t.Run(tt.variant+"/"+tt.file, func(t *testing.T) {
 			got := roleRules(t, tt.file)
 			for r := range tt.want {
 				if !got[r] {
@@ -286,5 +293,67 @@ func TestPermissionsForRoute(t *testing.T) {
 				t.Errorf("httproutes checked in %q, want the run's namespace", a.Namespace)
 			}
 		}
+	}
+}
+
+// measure --target changes nothing in the team's namespace but the
+// Deployment's template (patch) and one pod at a time (an eviction): it
+// creates and deletes nothing else, and reads through the route it is given.
+func TestTargetPermissions(t *testing.T) {
+	gw := GatewayRef{Namespace: "gw", Name: "traefik"}
+	strs := func(ps []Perm) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.String())
+		}
+		return out
+	}
+	common := []string{
+		"get deployments.apps (in the run's namespace)", "patch deployments.apps (in the run's namespace)",
+		"get pods (in the run's namespace)", "list pods (in the run's namespace)", "watch pods (in the run's namespace)",
+		"create pods/eviction (in the run's namespace)", "get pods/proxy (in the run's namespace)",
+		"list services (in the run's namespace)",
+		"list endpointslices.discovery.k8s.io (in the run's namespace)", "watch endpointslices.discovery.k8s.io (in the run's namespace)",
+		"list poddisruptionbudgets.policy (in the run's namespace)",
+		"create selfsubjectaccessreviews.authorization.k8s.io",
+	}
+	tests := []struct {
+		route     string
+		want, not []string
+	}{
+		{RouteIngress,
+			[]string{"list ingresses.networking.k8s.io (in the run's namespace)", "get ingressclasses.networking.k8s.io", "list ingressclasses.networking.k8s.io"},
+			[]string{"list httproutes.gateway.networking.k8s.io (in the run's namespace)", "get gateways.gateway.networking.k8s.io -n gw"}},
+		{RouteHTTPRoute,
+			[]string{"list httproutes.gateway.networking.k8s.io (in the run's namespace)", "get gateways.gateway.networking.k8s.io -n gw",
+				"get gatewayclasses.gateway.networking.k8s.io"},
+			[]string{"list ingresses.networking.k8s.io (in the run's namespace)", "list ingressclasses.networking.k8s.io"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.route, func(t *testing.T) {
+			ps := TargetPermissions(tt.route, gw)
+			got := strs(ps)
+			for _, s := range append(common, tt.want...) {
+				if !slices.Contains(got, s) {
+					t.Errorf("missing %q", s)
+				}
+			}
+			for _, s := range tt.not {
+				if slices.Contains(got, s) {
+					t.Errorf("has %q, which this route does not need", s)
+				}
+			}
+			if n := len(common) + len(tt.want); len(got) != n {
+				t.Errorf("%d permissions, want %d: %q", len(got), n, got)
+			}
+			for _, p := range ps {
+				if p.Verb == "delete" || (p.Verb == "create" && p.Subresource != "eviction" && p.Resource != "selfsubjectaccessreviews") {
+					t.Errorf("%s: measure --target creates and deletes nothing of its own", p)
+				}
+				if p.Why == "" {
+					t.Errorf("%s has no reason", p)
+				}
+			}
+		})
 	}
 }

@@ -402,7 +402,7 @@ func TestWriteYAMLRoundTrip(t *testing.T) {
 
 // TestKustomizeRBAC: the RBAC variants build from the embedded files.
 func TestKustomizeRBAC(t *testing.T) {
-	for _, dir := range []string{"rbac/cluster", "rbac/namespaced", "rbac/observer"} {
+	for _, dir := range []string{"rbac/cluster", "rbac/namespaced", "rbac/observer", "rbac/target"} {
 		out, err := Kustomize(dir)
 		if err != nil {
 			t.Errorf("Kustomize(%q): %v", dir, err)
@@ -498,5 +498,37 @@ func TestRenderStreams(t *testing.T) {
 	if _, ok := wl.Service.Annotations[AnnotationTraefikScheme]; ok || slices.ContainsFunc(wl.Deployment.Spec.Template.Spec.Containers[0].Command,
 		func(a string) bool { return strings.HasPrefix(a, "--stream-drain") }) {
 		t.Errorf("streams off, yet rendered: %v %q", wl.Service.Annotations, wl.Deployment.Spec.Template.Spec.Containers[0].Command)
+	}
+}
+
+// KustomizeIn puts the target variant's Role and RoleBinding in the team's
+// namespace; the cluster-scoped objects have none.
+func TestKustomizeIn(t *testing.T) {
+	out, err := KustomizeIn("rbac/target", "team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(out), "\n---\n")
+	if len(docs) != 4 {
+		t.Fatalf("%d objects, want a Role, a RoleBinding, a ClusterRole and its binding:\n%s", len(docs), out)
+	}
+	for _, doc := range docs {
+		var obj struct {
+			Kind     string
+			Metadata struct{ Name, Namespace string }
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		want := "team-b"
+		if strings.HasPrefix(obj.Kind, "Cluster") {
+			want = ""
+		}
+		if obj.Metadata.Namespace != want {
+			t.Errorf("%s %s in namespace %q, want %q", obj.Kind, obj.Metadata.Name, obj.Metadata.Namespace, want)
+		}
+	}
+	if _, err := KustomizeIn("rbac/target", "Team B"); err == nil {
+		t.Error("KustomizeIn took namespace \"Team B\"")
 	}
 }

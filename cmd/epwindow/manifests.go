@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,7 +55,7 @@ const (
 )
 
 // rbacVariants are the directories under deploy/rbac/ that --rbac prints.
-var rbacVariants = []string{"cluster", "namespaced", "observer"}
+var rbacVariants = []string{"cluster", "namespaced", "observer", "target"}
 
 // workloadFlags are the flags that shape the probe workload. measure and
 // manifests both take them, so that manifests prints what measure applies.
@@ -163,9 +164,11 @@ Gateway API HTTPRoute on --gateway NS/NAME (--gateway-section: one listener)
 for --host, PathPrefix "/", to the Service, in place of the Ingress.
 
 --rbac prints deploy/rbac/<variant> instead: cluster (measure creates its own
-namespace), namespaced (measure --namespace epwindow runs in that existing namespace), or
+namespace), namespaced (measure --namespace epwindow runs in that existing namespace),
 observer (the extra Role an observer that port-forwards to the ingress
-controller's pods needs in the controller's namespace).
+controller's pods needs in the controller's namespace), or target (measure
+--target deployment/NAME in a team's namespace: a Role there, given with
+--namespace, and the read-only ClusterRole).
 
 --schedule prints deploy/schedule instead of the probe workload: a CronJob in
 --namespace that runs "epwindow measure --namespace NS --history DIR" with
@@ -424,16 +427,21 @@ func observerWarning(cfg measure.Config) string {
 		measure.FlagObserver, cfg.Observer, cfg.Namespace, deploy.ScheduleName, flagObserverURL, measure.FlagObserver, upstream.KindNone, flagRBAC)
 }
 
+// printRBAC prints deploy/rbac/<variant>; the target variant's Role goes
+// in --namespace when it is given (the team's namespace).
 func printRBAC(c *cli.Context, variant string) error {
-	for _, v := range rbacVariants {
-		if v == variant {
-			out, err := deploy.Kustomize("rbac/" + v)
-			if err != nil {
-				return err
-			}
-			_, err = c.App.Writer.Write(out)
-			return err
-		}
+	if !slices.Contains(rbacVariants, variant) {
+		return cli.Exit(fmt.Sprintf("--%s %q: want one of %s", flagRBAC, variant, strings.Join(rbacVariants, ", ")), exitUsage)
 	}
-	return cli.Exit(fmt.Sprintf("--%s %q: want one of %s", flagRBAC, variant, strings.Join(rbacVariants, ", ")), exitUsage)
+	var out []byte
+	var err error
+	if variant == "target" && c.IsSet(flagNamespace) {
+		if out, err = deploy.KustomizeIn("rbac/"+variant, c.String(flagNamespace)); err != nil {
+			return cli.Exit(fmt.Sprintf("--%s: %v", flagNamespace, err), exitUsage)
+		}
+	} else if out, err = deploy.Kustomize("rbac/" + variant); err != nil {
+		return err
+	}
+	_, err = c.App.Writer.Write(out)
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,24 @@ func TestManifestsRBAC(t *testing.T) {
 		if got != string(want) {
 			t.Errorf("--rbac %s printed\n%s\nwant\n%s", v, got, want)
 		}
+	}
+}
+
+// --rbac target --namespace NS puts the Role in the team's namespace.
+func TestManifestsRBACTargetNamespace(t *testing.T) {
+	got, err := runApp(t, "manifests", "--rbac", "target", "--namespace", "team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := deploy.KustomizeIn("rbac/target", "team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("--rbac target --namespace team-b printed\n%s\nwant\n%s", got, want)
+	}
+	if !slices.Contains(rbacVariants, "target") {
+		t.Errorf("rbacVariants = %q, want target among them", rbacVariants)
 	}
 }
 
