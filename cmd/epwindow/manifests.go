@@ -148,6 +148,10 @@ func manifestsCommand() *cli.Command {
    # The ClusterRole measure needs (edit the binding's subject first):
    epwindow manifests --rbac cluster > rbac.yaml
 
+   # The epwindow sidecar for a team's Deployment web (its app on 8080), kept in staging:
+   epwindow manifests --sidecar --name web --port 8080 > sidecar.yaml
+   kubectl patch deployment web --type strategic --patch-file sidecar.yaml
+
    # measure inside the cluster every 6 hours, its history on a volume (measure's own flags after --):
    epwindow manifests --schedule "@every 6h" --trials 10 --ingress-class nginx --image registry.example.com/epwindow:v1 \
        -- --url http://ingress-nginx-controller.ingress-nginx --observer none | kubectl apply -f -`,
@@ -170,6 +174,13 @@ controller's pods needs in the controller's namespace), or target (measure
 --target deployment/NAME in a team's namespace: a Role there, given with
 --namespace, and the read-only ClusterRole).
 
+--sidecar prints the epwindow sidecar (docs/sidecar.md) for the Deployment
+--name, whose app serves on --port, instead: the strategic-merge patch that
+measure --target applies, without its run annotation (for kubectl patch
+deployment NAME --type strategic --patch-file FILE), or with
+--sidecar-format component the same as a kustomize Component, for a staging
+overlay's components:.
+
 --schedule prints deploy/schedule instead of the probe workload: a CronJob in
 --namespace that runs "epwindow measure --namespace NS --history DIR" with
 --image every SCHEDULE (concurrencyPolicy Forbid: runs never overlap), its
@@ -182,7 +193,7 @@ workload flags given are passed on to measure, and so is every argument after
 cluster) among them. The run's probe workload is not printed: measure creates
 and deletes it at each run. Everything is checked as measure would check it
 before anything is printed.`,
-		Flags: append(workloadFlags(),
+		Flags: append(append(workloadFlags(),
 			&cli.StringFlag{Name: flagNamespace, Value: defaultNamespace, Usage: "namespace of the objects (measure generates one per run, or takes --namespace)"},
 			&cli.StringFlag{Name: flagName, Value: defaultName, Usage: "name of the Deployment, Service and Ingress or HTTPRoute"},
 			&cli.StringFlag{Name: flagRBAC, Usage: "print the RBAC variant instead: " + strings.Join(rbacVariants, ", ")},
@@ -196,8 +207,14 @@ before anything is printed.`,
 			&cli.DurationFlag{Name: flagMetricsRefresh, Value: time.Minute, Usage: "with --schedule: how often the history's metrics server reads the history again", Category: "Schedule"},
 			&cli.IntFlag{Name: flagBaselineTrials, Value: results.DefaultBaselineTrials, Usage: "with --schedule: trials the metrics server's drift test pools as the baseline", Category: "Schedule"},
 			&cli.IntFlag{Name: flagWindowTrials, Value: results.DefaultWindowTrials, Usage: "with --schedule: most trials of the newest runs the drift test pools against the baseline", Category: "Schedule"},
-		),
+		), sidecarManifestFlags()...),
 		Action: func(c *cli.Context) error {
+			if c.Bool(flagSidecar) {
+				return printSidecar(c)
+			}
+			if err := checkSidecarFlags(c); err != nil {
+				return err
+			}
 			if c.IsSet(flagSchedule) {
 				return printSchedule(c)
 			}
