@@ -241,6 +241,9 @@ type Config struct {
 	ClusterName string
 	Flags       map[string]string
 
+	// Target measures a team's own Deployment in place, with the sidecar as
+	// its witness (--target; zero: epwindow's own probe workload).
+	Target TargetOptions
 	// Streams are the long-lived connections held through --url
 	// (--streams; streams.go).
 	Streams StreamOptions
@@ -258,17 +261,26 @@ func (c *Config) Validate() error {
 	if c.Trials < 1 {
 		add("--%s (%d) must be at least 1", FlagTrials, c.Trials)
 	}
-	if c.Replicas < 2 {
+	if c.Target.on() {
+		// The Deployment's own replicas, mode and traffic: its load may be
+		// the app's own (--rate 0, no --url).
+		errs = append(errs, c.validateTarget()...)
+	} else if c.Replicas < 2 {
 		add("--%s (%d) must be at least 2: with one replica a deletion leaves nothing to route to", FlagReplicas, c.Replicas)
 	}
-	switch c.Mode {
-	case ModeDelete, ModeRollout:
+	switch {
+	case c.Target.on():
+	case c.Mode == ModeDelete, c.Mode == ModeRollout:
 	default:
 		add("--%s %q: want %q or %q", FlagMode, c.Mode, ModeDelete, ModeRollout)
 	}
-	if c.URL == nil {
+	switch {
+	case c.Target.on() && c.Rate == 0 && c.URL == nil:
+	case c.URL == nil && c.Target.on():
+		add("--%s is required with --%s above 0: the team's route as reachable from here (or --%s 0: the app's own traffic only)", FlagURL, FlagRate, FlagRate)
+	case c.URL == nil:
 		add("--%s is required: the ingress as reachable from here, e.g. http://127.0.0.1:9090", FlagURL)
-	} else if c.URL.Scheme != "http" && c.URL.Scheme != "https" || c.URL.Host == "" {
+	case c.URL.Scheme != "http" && c.URL.Scheme != "https" || c.URL.Host == "":
 		add("--%s %q: want an http:// or https:// URL with a host", FlagURL, c.URL)
 	}
 	if !c.DNS && (len(c.DNSOptions.Servers) > 0 || c.DNSOptions.Name != "") {
@@ -305,7 +317,10 @@ func (c *Config) Validate() error {
 	if m := c.LoadMethod; m != "" && m != "GET" && m != "POST" {
 		add("--%s %q: want GET or POST", FlagLoadMethod, m)
 	}
-	if c.Rate <= 0 {
+	switch {
+	case c.Target.on() && c.Rate == 0:
+		// The app's own traffic only.
+	case c.Rate <= 0:
 		add("--%s (%g) must be above 0 requests per second", FlagRate, c.Rate)
 	}
 	if c.GraceMargin <= 0 {

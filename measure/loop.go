@@ -38,7 +38,11 @@ func (r *runner) deletions(ctx context.Context, sink Sink) error {
 				return fmt.Errorf("before trial %d: %w", i, err)
 			}
 		}
-		rec, err := r.trial(ctx, i)
+		trial, steady := r.trial, r.waitSteady
+		if r.target != nil {
+			trial, steady = r.targetTrial, r.waitTargetSteady
+		}
+		rec, err := trial(ctx, i)
 		if err := r.write(sink, rec); err != nil {
 			return err
 		}
@@ -47,7 +51,7 @@ func (r *runner) deletions(ctx context.Context, sink Sink) error {
 		}
 		budget.add(rec)
 		if budget.more() {
-			if err := r.waitSteady(ctx); err != nil {
+			if err := steady(ctx); err != nil {
 				return err
 			}
 		}

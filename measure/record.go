@@ -13,6 +13,7 @@ import (
 	"github.com/epwindow/epwindow/measure/upstream"
 	"github.com/epwindow/epwindow/probe"
 	"github.com/epwindow/epwindow/results"
+	"github.com/epwindow/epwindow/sidecar"
 )
 
 // trialInput is everything one trial gathered; buildRecord turns it into a
@@ -35,6 +36,13 @@ type trialInput struct {
 	// the last read through the pod proxy (timelineSource says which).
 	timeline       *probe.Timeline
 	timelineSource string
+	// sidecarMode is set by measure --target: sidecar is then the witness's
+	// record in timeline's stead (nil when neither source could be read),
+	// and hostIP the node's address, whose connections are the kubelet's
+	// probes, not traffic.
+	sidecarMode bool
+	sidecar     *sidecar.Timeline
+	hostIP      string
 	// exitByKubelet is the container's terminated state, for the exit time
 	// when the probe's own record lacks it.
 	exitByKubelet *corev1.ContainerStateTerminated
@@ -161,6 +169,14 @@ func buildRecord(in trialInput) *results.Record {
 			fault(results.ReasonSkewBound, "clock-skew bound ±%s exceeds the %s allowed", in.skew.Uncertainty, in.maxSkew)
 		}
 	}
+	if in.sidecarMode {
+		sidecarStages(rec, in, add, fault)
+		clusterStages(rec, in.runners, in.pod, in.maxSkew, drainFrom)
+		slices.SortStableFunc(rec.Stages, func(a, b results.Stage) int { return a.At.Compare(b.At) })
+		rec.Reasons = append(reasons, listenerCut(rec, in)...)
+		rec.Valid = len(rec.Reasons) == 0
+		return rec
+	}
 	tl := in.timeline
 	if tl == nil {
 		fault(results.ReasonProbeUnreadable, "the probe's record could not be read (pod proxy and termination message): %s", in.timelineSource)
@@ -226,4 +242,94 @@ func addRemovals(rms []upstream.Removal, lastPresent, removed, blind, listed str
 			*reasons = append(*reasons, results.Reason{Code: code, Detail: why})
 		}
 	}
+}
+
+// sidecarStages adds the sidecar's stages (measure --target): the latest
+// connection and data from each peer on the app's ports, the listener's
+// close, and the app container's exit as the kubelet reports it. Peers at
+// the node's address are the kubelet's probes and stay out of the window.
+// A stamp is late by up to the longest gap between the sidecar's dumps
+// (docs/sidecar.md), on top of the skew bound.
+func sidecarStages(rec *results.Record, in trialInput, add func(name, key string, at time.Time, unc time.Duration, clk results.Clock),
+	fault func(code, format string, a ...any)) {
+	if term := in.exitByKubelet; term != nil && !term.FinishedAt.IsZero() {
+		add(results.StageContainerExit, "", term.FinishedAt.Time, time.Second, results.ClockKubelet)
+	}
+	sc := in.sidecar
+	if sc == nil {
+		fault(results.ReasonProbeUnreadable, "the sidecar's record could not be read (pod proxy and termination message): %s", in.timelineSource)
+		return
+	}
+	rec.Sidecar = sidecarTrial(sc, in.hostIP)
+	if !in.skewOK {
+		return
+	}
+	unc := in.skew.Uncertainty + time.Duration(max(sc.Poll.MaxGapNS, sc.Poll.IntervalNS))
+	pod := func(name, key string, t *time.Time) {
+		if t != nil {
+			add(name, key, in.skew.ToTool(*t), unc, results.ClockPod)
+		}
+	}
+	var lastReq *time.Time
+	for _, p := range sc.Peers {
+		if p.Addr == in.hostIP {
+			continue
+		}
+		pod(results.StageLastAccept, p.Addr, p.LastAccept)
+		if p.LastRequest != nil && (lastReq == nil || p.LastRequest.After(*lastReq)) {
+			lastReq = p.LastRequest
+		}
+	}
+	// Peers left out (the cap, or the 4 KiB termination message) still
+	// count, through the totals, which may include the kubelet's.
+	if sc.PeersOmitted > 0 || sc.PeersOverflow > 0 {
+		pod(results.StageLastAccept, "other", sc.LastAccept)
+		lastReq = sc.LastRequest
+	}
+	pod(results.StageLastRequest, "", lastReq)
+	pod(results.StageListenerClosed, "", sc.ListenerClosed)
+}
+
+// sidecarTrial is what the trial's record keeps of the sidecar's own
+// account: how much it could not see.
+func sidecarTrial(sc *sidecar.Timeline, hostIP string) *results.SidecarTrial {
+	st := &results.SidecarTrial{Accepts: sc.Accepts, UnseenConnections: sc.UnseenConnections,
+		IntervalNS: sc.Poll.IntervalNS, MaxGapNS: sc.Poll.MaxGapNS, PeersOmitted: sc.PeersOmitted, PollErrors: sc.Poll.Errors}
+	for _, p := range sc.Peers {
+		if p.Addr == hostIP {
+			st.KubeletAccepts += p.Accepts
+		}
+	}
+	return st
+}
+
+// listenerCut censors a trial whose app stopped listening while it was
+// still routed to: before its address left every observed upstream list
+// (the slice's not-ready with no observer), or with load failures after
+// T0. Connections were refused from then on, so no later accept could
+// show how long routing went on: the window is a floor.
+func listenerCut(rec *results.Record, in trialInput) []results.Reason {
+	closed, ok := rec.Stage(results.StageListenerClosed)
+	if !ok {
+		return nil
+	}
+	routed, okR := rec.StageMax(results.StageUpstreamRemoved)
+	if !okR {
+		routed, okR = rec.Stage(results.StageSliceNotReady)
+	}
+	failed := 0
+	for _, n := range in.failures {
+		failed += n
+	}
+	switch {
+	case okR && routed.At.After(closed.At):
+		return []results.Reason{{Code: results.ReasonListenerClosed, Detail: fmt.Sprintf(
+			"the app stopped listening %s after the deletion, while its address was still routed to (%s at %s): the window is at least what was seen",
+			closed.Offset().Round(time.Millisecond), routed.Name, routed.Offset().Round(time.Millisecond))}}
+	case failed > 0:
+		return []results.Reason{{Code: results.ReasonListenerClosed, Detail: fmt.Sprintf(
+			"the app stopped listening %s after the deletion and %d requests failed: the window is at least what was seen",
+			closed.Offset().Round(time.Millisecond), failed)}}
+	}
+	return nil
 }

@@ -92,6 +92,13 @@ type runner struct {
 	// deleter sends each trial's DELETE (see newDeleter).
 	deleter kubernetes.Interface
 
+	// target is measure --target's Deployment and what routes to it (nil:
+	// the probe workload); patched is set while the run's sidecar is in
+	// its template; sidecars reads the sidecars through the pod proxy.
+	target   *target
+	patched  bool
+	sidecars probeClient
+
 	pmu  sync.Mutex // rollout trials report concurrently
 	last Progress
 }
@@ -113,6 +120,14 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 	r := &runner{cfg: cfg, progress: progress, runID: newRunID()}
 	if r.deleter, err = newDeleter(cfg); err != nil {
 		return err
+	}
+	if cfg.Target.on() {
+		v, verr := cfg.Client.Discovery().ServerVersion()
+		if verr != nil {
+			return fmt.Errorf("reach the API server (check --kubeconfig / --context): %w", verr)
+		}
+		r.last = Progress{Trials: cfg.Trials}
+		return runTarget(ctx, r, sink, v.GitVersion)
 	}
 	name := "probe"
 	r.ns = "epwindow-" + r.runID
@@ -221,9 +236,18 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 	// cleanup deletes anything: cleanup is not a trial, and load still
 	// hitting pods being deleted, or handlers still stamping their events,
 	// would only race it.
+	return r.inBackground(ctx, closeObserver, func(ctx context.Context, g *errgroup.Group) error {
+		return r.measure(ctx, g, sink, serverVersion)
+	})
+}
+
+// inBackground runs measure with the run's background loops (started on g)
+// on a context of their own, and stops and waits for them, and closes the
+// observer, before it returns.
+func (r *runner) inBackground(ctx context.Context, closeObserver func() error, measure func(context.Context, *errgroup.Group) error) error {
 	mctx, stop := context.WithCancelCause(ctx)
 	g, gctx := errgroup.WithContext(mctx)
-	runErr := r.measure(gctx, g, sink, serverVersion)
+	runErr := measure(gctx, g)
 	cause := context.Cause(gctx)
 	stop(errMeasured)
 	_ = g.Wait() // the loops end with their context; their errors are secondary

@@ -12,7 +12,7 @@ import (
 )
 
 // steadyPods returns the probe pods that are Running, Ready and not
-// terminating.
+// terminating; with --target, the Deployment's pods whose sidecar started.
 func (r *runner) steadyPods() ([]*corev1.Pod, error) {
 	pods, err := r.watch.pods.Pods(r.ns).List(r.podSelector())
 	if err != nil {
@@ -20,7 +20,8 @@ func (r *runner) steadyPods() ([]*corev1.Pod, error) {
 	}
 	var out []*corev1.Pod
 	for _, p := range pods {
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) && p.Status.PodIP != "" {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) && p.Status.PodIP != "" &&
+			(r.target == nil || sidecarStarted(p)) {
 			out = append(out, p)
 		}
 	}

@@ -122,7 +122,8 @@ func (r *runner) trial(ctx context.Context, i int) (*results.Record, error) {
 func (r *runner) newInput(ctx context.Context, i int, pod *corev1.Pod, addr netip.Addr, runners []*runnerState) trialInput {
 	in := trialInput{trial: i, pod: pod.Name, node: pod.Spec.NodeName, addr: addr, observer: r.tracker.Observer().Name(),
 		maxSkew: r.cfg.MaxSkewUncertainty, runners: runners}
-	if _, ok := r.gen.Skew(pod.Name); !ok {
+	// The app's replies (--target) carry no clock: its sidecar's /clock.
+	if r.target != nil || !r.genHasSkew(pod.Name) {
 		if est, err := load.ClockSample(ctx, r.cfg.Clock, func(ctx context.Context) (time.Time, error) {
 			return r.probes.probeClock(ctx, pod.Name)
 		}, 5); err == nil {
@@ -240,8 +241,7 @@ wait:
 			r.watch.end(uid)
 			return nil, context.Cause(ctx)
 		case <-deadline.C():
-			in.reasons = append(in.reasons, results.Reason{Code: results.ReasonRemovalTimeout,
-				Detail: fmt.Sprintf("the pod or its endpoint was not removed within the grace period + 30s (%s)", r.grace()+30*time.Second)})
+			in.reasons = append(in.reasons, removalTimeout(r.grace()))
 			break wait
 		case <-r.watch.changed:
 		case <-tick.C():
@@ -294,15 +294,7 @@ wait:
 		return nil, err
 	}
 	in.grpc = grpcIn
-	if st, ok := r.heartbeat.stalledBetween(in.t0, end); ok {
-		in.reasons = append(in.reasons, results.Reason{Code: results.ReasonAPIServerStall,
-			Detail: fmt.Sprintf("the API server did not answer from %s for %s: watch-stamped stages may be late by as much",
-				st.from.Format(time.RFC3339Nano), st.to.Sub(st.from).Round(time.Millisecond))})
-	}
-	if e, ok := r.watch.watchErrorBetween(in.t0, end); ok {
-		in.reasons = append(in.reasons, results.Reason{Code: results.ReasonWatchBroken,
-			Detail: fmt.Sprintf("the %s watch broke at %s: %s", e.resource, e.at.Format(time.RFC3339Nano), e.err)})
-	}
+	r.trialFaults(&in, end)
 	rec := buildRecord(in)
 	streams := streamLog(in.timeline, tl)
 	rec.Streams = r.streamRecord(rec, streams, streamsEnd)
@@ -318,6 +310,37 @@ wait:
 		}
 	}
 	return rec, nil
+}
+
+// removalTimeout is the reason of a trial whose pod or endpoint outlived
+// the pod's grace period by 30 s.
+func removalTimeout(grace time.Duration) results.Reason {
+	return results.Reason{Code: results.ReasonRemovalTimeout,
+		Detail: fmt.Sprintf("the pod or its endpoint was not removed within the grace period + 30s (%s)", grace+30*time.Second)}
+}
+
+// genHasSkew reports whether the load has a skew estimate for pod from its
+// replies.
+func (r *runner) genHasSkew(pod string) bool {
+	if r.gen == nil {
+		return false
+	}
+	_, ok := r.gen.Skew(pod)
+	return ok
+}
+
+// trialFaults adds the faults of the run's background work between the
+// trial's T0 and end: an API server stall, a broken watch.
+func (r *runner) trialFaults(in *trialInput, end time.Time) {
+	if st, ok := r.heartbeat.stalledBetween(in.t0, end); ok {
+		in.reasons = append(in.reasons, results.Reason{Code: results.ReasonAPIServerStall,
+			Detail: fmt.Sprintf("the API server did not answer from %s for %s: watch-stamped stages may be late by as much",
+				st.from.Format(time.RFC3339Nano), st.to.Sub(st.from).Round(time.Millisecond))})
+	}
+	if e, ok := r.watch.watchErrorBetween(in.t0, end); ok {
+		in.reasons = append(in.reasons, results.Reason{Code: results.ReasonWatchBroken,
+			Detail: fmt.Sprintf("the %s watch broke at %s: %s", e.resource, e.at.Format(time.RFC3339Nano), e.err)})
+	}
 }
 
 // releaseState tells the trial's latest stage, since when no traffic reached
@@ -347,6 +370,9 @@ func (r *runner) releaseState(in trialInput, uid types.UID, addr netip.AddrPort)
 		} else {
 			quietSince = latestRemoval(r.dnsTracker, addr, quietSince)
 		}
+	}
+	if r.gen == nil {
+		return stage, quietSince, removed
 	}
 	if ps, ok := r.gen.Pod(in.pod); ok && ps.Last.After(quietSince) {
 		quietSince = ps.Last

@@ -51,6 +51,9 @@ type Header struct {
 	InClusterRate float64 `json:"in_cluster_rate,omitempty"`
 	// GRPCDNS is the gRPC client of measure --grpc-dns-rate, if one ran.
 	GRPCDNS *GRPCDNS `json:"grpc_dns,omitempty"`
+	// Target is the team's workload measure --target measured in place,
+	// with the sidecar as the witness (nil: epwindow's own probe).
+	Target *Target `json:"target,omitempty"`
 	// KubeProxy is kube-proxy's sync figures when the run read them
 	// (additive within schema 2).
 	KubeProxy *KubeProxy `json:"kube_proxy,omitempty"`
@@ -168,3 +171,26 @@ type GRPCDNS struct {
 	// resolutions of the client (its dns resolver's MinResolutionInterval).
 	MinResolutionIntervalNS int64 `json:"min_resolution_interval_ns"`
 }
+
+// Target is a team's own workload that measure --target measured: its
+// pods were evicted one at a time and the epwindow sidecar in each was the
+// witness of its traffic (docs/sidecar.md).
+type Target struct {
+	// Kind and Name are the workload's ("Deployment", "checkout");
+	// Namespace is its namespace.
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Services are the Services selecting its pods; Route the Ingress or
+	// HTTPRoute whose load was sent ("Ingress/NAME"; "" with the app's own
+	// traffic or no route found).
+	Services []string `json:"services,omitempty"`
+	Route    string   `json:"route,omitempty"`
+	// Ports are the app's ports the sidecar watched.
+	Ports []int32 `json:"ports,omitempty"`
+	// Witness is "sidecar".
+	Witness string `json:"witness"`
+}
+
+// String is "Deployment ns/name".
+func (t *Target) String() string { return t.Kind + " " + t.Namespace + "/" + t.Name }

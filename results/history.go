@@ -82,6 +82,10 @@ func SettingsOf(h *Header) Settings {
 		add("kube_proxy.min_sync_period", fmtDurIf(kp.MinSyncPeriodNS))
 	}
 	add("mode", h.Mode)
+	// A team's own workload is another thing measured than the probe.
+	if h.Target != nil {
+		add("target", h.Target.String())
+	}
 	add("hold", fmtDurIf(h.HoldNS))
 	if h.InClusterLoad > 0 {
 		add("in_cluster_load", strconv.Itoa(h.InClusterLoad))

@@ -60,6 +60,12 @@ const (
 	// hold ended the trial. The trial is censored: its traffic end is a
 	// floor, and it stays in n and in every quantile.
 	ReasonHoldReached = "hold_reached"
+	// ReasonListenerClosed: the app stopped listening (measure --target's
+	// sidecar saw its listener close) before its address left every
+	// observed upstream list: connections were refused from then on, so the
+	// traffic end is only a floor — the trial is censored as at the hold,
+	// and the load's failures after it are the finding.
+	ReasonListenerClosed = "listener_closed"
 	// ReasonStreamsLogFull: a stream holder's event log (the tool's or an
 	// in-cluster runner's, load.DefaultMaxStreamEvents) was full before
 	// the trial's stream observation ended, so its closes and re-opens
@@ -89,7 +95,7 @@ var (
 	// podClockGroup is the probe's record, put on the tool's clock with the
 	// skew estimate; the window and the recommendation rest on it.
 	podClockGroup = &stageGroup{"probe-clock stages and the window", []string{StagePrestopCalled, StageSigterm,
-		StageLastAccept, StageLastRequest, StageContainerExit, PointWindow}}
+		StageLastAccept, StageLastRequest, StageListenerClosed, StageContainerExit, PointWindow}}
 	// censoredPoints end with the traffic: a trial cut at the hold knows
 	// only a floor of them.
 	censoredPoints = []string{StageLastAccept, StageLastRequest, StageClientLastRouted, StageClusterLastRouted, StageGRPCLastRouted, PointWindow}
@@ -110,6 +116,7 @@ var reasonGroups = map[string]*stageGroup{
 	ReasonProbeUnreadable: podClockGroup,
 	ReasonNoSigterm:       podClockGroup,
 	ReasonHoldReached:     nil, // censors the traffic end; invalidates nothing
+	ReasonListenerClosed:  nil, // censors the traffic end, as the hold does
 	ReasonStreamsLogFull:  nil, // leaves out the stream record; no stage
 }
 
@@ -130,7 +137,7 @@ func reasonEffect(code string) string {
 	switch {
 	case !known:
 		return "every stage left out"
-	case code == ReasonHoldReached:
+	case code == ReasonHoldReached, code == ReasonListenerClosed:
 		return "censored"
 	case code == ReasonStreamsLogFull:
 		return "stream record left out"
@@ -156,11 +163,11 @@ func (r *Record) ReasonList() []Reason {
 	return out
 }
 
-// Censored reports whether the trial ran into the hold: its traffic end is
-// only a floor.
+// Censored reports whether the trial ran into the hold, or the app stopped
+// listening while still routed to: its traffic end is only a floor.
 func (r *Record) Censored() bool {
 	for _, rs := range r.ReasonList() {
-		if rs.Code == ReasonHoldReached {
+		if rs.Code == ReasonHoldReached || rs.Code == ReasonListenerClosed {
 			return true
 		}
 	}

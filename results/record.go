@@ -88,6 +88,10 @@ const (
 	// pod (measure --grpc-dns-rate), tool clock.
 	StageGRPCLastRouted = "grpc_last_routed"
 	StageContainerExit  = "container_exit"
+	// StageListenerClosed is the first poll of measure --target's sidecar
+	// that found the app's listener gone, pod clock: connections are
+	// refused from then on.
+	StageListenerClosed = "listener_closed"
 	StagePodDeleted     = "pod_deleted"
 	// StageClusterLastRouted is keyed by runner ("pod/node"; Runner.Key).
 	StageClusterLastRouted = "cluster_last_routed"
@@ -121,6 +125,8 @@ type Record struct {
 	Pod   string `json:"pod"`
 	Node  string `json:"node,omitempty"`
 	PodIP string `json:"pod_ip"`
+	// Sidecar is the sidecar's account of the trial (measure --target).
+	Sidecar *SidecarTrial `json:"sidecar,omitempty"`
 	// Valid is set when the trial has no reason at all: every stage it
 	// recorded is sound and nothing was cut short.
 	Valid bool `json:"valid"`
@@ -248,3 +254,25 @@ type Runner struct {
 
 // Key is the runner's key of keyed stages: "pod/node".
 func (r Runner) Key() string { return r.Pod + "/" + r.Node }
+
+// SidecarTrial is the sidecar's own account of a trial (measure --target):
+// what it saw and what it could not.
+type SidecarTrial struct {
+	// Accepts counts the connections it saw on the app's ports over the
+	// pod's life; KubeletAccepts those from the node's address (the
+	// kubelet's probes), which stay out of the window.
+	Accepts        int64 `json:"accepts"`
+	KubeletAccepts int64 `json:"kubelet_accepts,omitempty"`
+	// UnseenConnections are connections the pod accepted that opened and
+	// went between two dumps (no TIME_WAIT on the pod's side): the window
+	// cannot include them; absent when the counter was unreadable.
+	UnseenConnections *int64 `json:"unseen_connections,omitempty"`
+	// IntervalNS is the poll interval, MaxGapNS the longest gap between two
+	// dumps: a stamp's lateness bound.
+	IntervalNS int64 `json:"interval_ns"`
+	MaxGapNS   int64 `json:"max_gap_ns"`
+	// PeersOmitted peers were left out of its record (4 KiB); PollErrors
+	// dumps failed.
+	PeersOmitted int   `json:"peers_omitted,omitempty"`
+	PollErrors   int64 `json:"poll_errors,omitempty"`
+}

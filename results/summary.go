@@ -22,6 +22,7 @@ var Points = []string{
 	StageSigterm,
 	StageLastAccept,
 	StageLastRequest,
+	StageListenerClosed,
 	StageClientLastRouted,
 	StageClusterLastRouted,
 	StageGRPCLastRouted,

@@ -66,6 +66,7 @@ var waterfallMarks = []waterfallMark{
 	{StageGRPCLastRouted, "gRPC last routed", draw.BoxGlyph{}, oiGreen},
 	{StageLastAccept, "last accept", draw.RingGlyph{}, oiVermilion},
 	{StageLastRequest, "last request", draw.CircleGlyph{}, oiVermilion},
+	{StageListenerClosed, "listener closed", draw.CrossGlyph{}, oiBlack},
 	{StageContainerExit, "container exit", draw.BoxGlyph{}, oiBlack},
 }
 

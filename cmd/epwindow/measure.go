@@ -105,7 +105,10 @@ func measureFlags() []cli.Flag {
 		&cli.DurationFlag{Name: measure.FlagSettle, Value: 3 * time.Minute, Usage: "longest wait for steady state before and between trials", Category: "Trials"},
 		&cli.DurationFlag{Name: measure.FlagMaxSkew, Value: 50 * time.Millisecond, Usage: "a trial whose probe clock is known less precisely is marked invalid", Category: "Trials"},
 		&cli.DurationFlag{Name: measure.FlagDrain, Value: 0, Usage: "longest request your app serves; added to the recommended grace period", Category: "Trials"},
-		&cli.StringFlag{Name: measure.FlagURL, Usage: "the ingress as reachable from here, e.g. http://127.0.0.1:9090 (required)", Category: "Ingress"},
+		&cli.StringFlag{Name: measure.FlagURL, Usage: "the ingress as reachable from here, e.g. http://127.0.0.1:9090 (required; with --target, the team's route, or none with --rate 0)", Category: "Ingress"},
+		&cli.StringFlag{Name: measure.FlagTarget, Usage: "measure a team's own Deployment in place, deployment/NAME in --namespace: the epwindow sidecar is patched into its pods (a rollout), one pod at a time is evicted, and the template is rolled back at the end; see docs/sidecar.md", Category: "Target"},
+		&cli.IntSliceFlag{Name: measure.FlagPort, Usage: "with --target: the app's port the sidecar watches (repeatable; default: the pod template's TCP container ports)", Category: "Target"},
+		&cli.DurationFlag{Name: measure.FlagEvictionWait, Value: measure.DefaultEvictionWait, Usage: "with --target: how long one pod's eviction may stay refused by a PodDisruptionBudget before the run ends", Category: "Target"},
 		&cli.StringFlag{Name: measure.FlagObserver, Value: upstream.KindAuto, Usage: "upstream observer: auto, skipper, nginx, traefik, envoy, haproxy, cmd, none; dns is --dns with no other observer", Category: "Observer"},
 		&cli.StringSliceFlag{Name: flagObserverURL, Usage: "read the controller at this URL instead of port-forwarding to its pods (repeat per replica)", Category: "Observer"},
 		&cli.DurationFlag{Name: flagObserverInterval, Value: 500 * time.Millisecond, Usage: "observer poll interval: the resolution of upstream_removed", Category: "Observer"},
@@ -222,6 +225,23 @@ func measureConfig(c *cli.Context) (measure.Config, error) {
 		ToolVersion: version,
 		Flags:       givenFlags(c),
 		Clock:       clock.RealClock{},
+	}
+	if s := c.String(measure.FlagTarget); s != "" {
+		if cfg.Target.Deployment, err = measure.ParseTarget(s); err != nil {
+			return cfg, err
+		}
+		for _, p := range c.IntSlice(measure.FlagPort) {
+			cfg.Target.Ports = append(cfg.Target.Ports, int32(p))
+		}
+		cfg.Target.EvictionWait = c.Duration(measure.FlagEvictionWait)
+		cfg.Mode = measure.ModeEvict
+		// The probe workload's default host is not the team's: the run
+		// takes the host of the Ingress rule that routes to it.
+		if !c.IsSet(measure.FlagHost) {
+			cfg.Host = ""
+		}
+	} else if c.IsSet(measure.FlagPort) || c.IsSet(measure.FlagEvictionWait) {
+		return cfg, fmt.Errorf("--%s and --%s need --%s deployment/NAME", measure.FlagPort, measure.FlagEvictionWait, measure.FlagTarget)
 	}
 	if cfg.Observer == upstream.KindDNS {
 		// The DNS answer is the only consumer observed: no ingress

@@ -28,6 +28,9 @@ func preflight(ctx context.Context, cfg measure.Config) (int, error) {
 	if _, err := cfg.Client.Discovery().ServerVersion(); err != nil {
 		return exitCluster, fmt.Errorf("cannot reach the API server %s (check --%s / --%s): %w", cfg.RESTConfig.Host, flagKubeconfig, flagContext, err)
 	}
+	if cfg.Target.Deployment != "" {
+		return preflightTarget(ctx, cfg)
+	}
 	if code, err := checkPermissions(ctx, cfg); err != nil {
 		return code, err
 	}
@@ -145,4 +148,25 @@ func urlAnswers(ctx context.Context, cfg measure.Config) error {
 	}
 	resp.Body.Close()
 	return nil
+}
+
+// preflightTarget is preflight for measure --target: every permission the
+// run needs in the Deployment's namespace (deploy/rbac/target), named
+// before the Deployment is patched, and --url answers when load is sent.
+func preflightTarget(ctx context.Context, cfg measure.Config) (int, error) {
+	perms := deploy.TargetPermissions(cfg.Route, cfg.Gateway)
+	missing, err := deploy.Check(ctx, cfg.Client.AuthorizationV1(), cfg.Namespace, perms)
+	if err != nil {
+		return exitCluster, fmt.Errorf("check permissions: %w", err)
+	}
+	if len(missing) > 0 {
+		return exitForbidden, &deploy.MissingError{Missing: missing, Manifest: "deploy/rbac/target", Namespace: cfg.Namespace}
+	}
+	if cfg.URL == nil {
+		return exitOK, nil
+	}
+	if err := urlAnswers(ctx, cfg); err != nil {
+		return exitUsage, err
+	}
+	return exitOK, nil
 }
