@@ -1,0 +1,299 @@
+// Package target runs measure --target against a team's Deployment on the
+// local cluster: the sidecar patched in, pods evicted one at a time, the
+// template rolled back. The "app" is the probe itself, so that both
+// witnesses stamp the same pod: the probe's own record (its termination
+// message) is the ground truth for the sidecar's.
+package target
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/epwindow/epwindow/deploy"
+	"github.com/epwindow/epwindow/internal/e2etest"
+	"github.com/epwindow/epwindow/internal/localcluster"
+	"github.com/epwindow/epwindow/probe"
+	"github.com/epwindow/epwindow/results"
+)
+
+// ingressPoll is Skipper's poll of the API server: a deleted pod stays
+// routed for up to one poll after its slice says not ready (Skipper
+// rebuilds its routes once per poll: zalando/skipper dataclients/kubernetes).
+const ingressPoll = time.Second
+
+// preStop is the team's preStop sleep in the second run: well beyond
+// Skipper's poll plus the EndpointSlice controller's latency, so every
+// window falls inside it.
+const preStop = 4 * time.Second
+
+const (
+	ns   = "team"
+	app  = "app"
+	host = "app.example.test"
+)
+
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) {
+	localcluster.Main(m, "measure/e2e/target", localcluster.Options{IngressPoll: ingressPoll}, func(c *localcluster.Cluster) error {
+		cluster = c
+		return createApp(context.Background(), c)
+	})
+}
+
+// createApp makes the team's namespace, Deployment (3 replicas of the
+// probe as a fast-exiting app: it closes its listener at SIGTERM; no
+// preStop), Service and Ingress. Its readiness probe is exec: an HTTP one
+// would connect to the app's port from the node's address, which on the
+// local cluster is also Skipper's (both run on the machine), and the
+// kubelet's probes would then count as traffic.
+func createApp(ctx context.Context, c *localcluster.Cluster) error {
+	replicas := int32(3)
+	labels := map[string]string{"app": app}
+	grace := int64(20)
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: &grace,
+					Containers: []corev1.Container{{
+						Name:    "app",
+						Command: []string{"epwindow", "probe", "--listen=:8080", "--exit-on-sigterm"},
+						Env:     []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+						Ports:   []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}},
+							PeriodSeconds: 1},
+					}},
+				},
+			},
+		},
+	}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}, Spec: corev1.ServiceSpec{Selector: labels,
+		Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+	if _, err := c.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	class, prefix := e2etest.IngressClass, networkingv1.PathTypePrefix
+	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}, Spec: networkingv1.IngressSpec{
+		IngressClassName: &class,
+		Rules: []networkingv1.IngressRule{{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{
+			Paths: []networkingv1.HTTPIngressPath{{Path: "/", PathType: &prefix, Backend: networkingv1.IngressBackend{
+				Service: &networkingv1.IngressServiceBackend{Name: app, Port: networkingv1.ServiceBackendPort{Number: 80}}}}}}}}},
+	}}
+	_, err := c.Client.NetworkingV1().Ingresses(ns).Create(ctx, ing, metav1.CreateOptions{})
+	return err
+}
+
+// podRecords watches the team's pods and keeps each one's last state: the
+// probe's termination message is in the status the node agent reports as
+// the pod ends.
+type podRecords struct {
+	mu   sync.Mutex
+	last map[string]*corev1.Pod
+}
+
+func watchPods(t *testing.T, ctx context.Context) *podRecords {
+	t.Helper()
+	w, err := cluster.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &podRecords{last: map[string]*corev1.Pod{}}
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type != watch.Error {
+				pr.mu.Lock()
+				pr.last[p.Name] = p
+				pr.mu.Unlock()
+			}
+		}
+	}()
+	return pr
+}
+
+// probeRecord is the app container's own record of pod, from its
+// termination message.
+func (pr *podRecords) probeRecord(pod string) (*probe.Timeline, error) {
+	pr.mu.Lock()
+	p := pr.last[pod]
+	pr.mu.Unlock()
+	if p == nil {
+		return nil, fmt.Errorf("pod %s never seen", pod)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == "app" && cs.State.Terminated != nil {
+			tl, err := probe.ParseTimeline([]byte(cs.State.Terminated.Message))
+			return &tl, err
+		}
+	}
+	return nil, fmt.Errorf("pod %s: no terminated app container in its last status", pod)
+}
+
+// measureTarget runs bin/epwindow measure --target on the app and returns
+// its exit code and results.
+func measureTarget(t *testing.T, trials int) (int, *results.File) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "run.jsonl")
+	cmd := exec.Command(e2etest.Bin(t), "measure", "--kubeconfig", cluster.Kubeconfig, "--target", "deployment/"+app, "--namespace", ns,
+		"--url", cluster.IngressURL, "--observer", "skipper", "--observer-url", cluster.RoutesURL, "--observer-interval", "200ms",
+		"--rate", "100", "--trials", fmt.Sprint(trials), "--trial-jitter", "1s", "--settle-timeout", "2m", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	code := e2etest.ExitCode(cmd.Run())
+	t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	return code, e2etest.ReadResults(t, out)
+}
+
+// checkRolledBack fails unless the Deployment is back to its template: no
+// sidecar, no run annotation, every pod of the rollback without it.
+func checkRolledBack(t *testing.T, ctx context.Context) {
+	t.Helper()
+	d, err := cluster.Client.AppsV1().Deployments(ns).Get(ctx, app, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, run := deploy.TemplateSidecar(d.Spec.Template); c != nil || run != "" || d.Spec.Template.Annotations[deploy.SidecarRunAnnotation] != "" {
+		t.Errorf("after the run the template still has the sidecar (%v) or the run's annotation (%q)", c != nil, run)
+	}
+	pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range p.Spec.InitContainers {
+			if c.Name == deploy.SidecarContainerName {
+				t.Errorf("pod %s still runs the sidecar after the rollback", p.Name)
+			}
+		}
+	}
+}
+
+// Two runs of 3 trials: 3 because the point is each trial's outcome and
+// its agreement with the probe's record, not a distribution; each trial
+// costs about Skipper's poll and a replacement's start, each run two
+// rollouts (the sidecar in and out) of 3 replicas.
+func TestTargetDeployment(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	pr := watchPods(t, ctx)
+
+	t.Run("no preStop: trials cut at listener_closed, failures counted", func(t *testing.T) {
+		_, f := measureTarget(t, 3)
+		checkRolledBack(t, ctx)
+		if f.Header == nil || f.Header.Target == nil || f.Header.Target.Name != app || f.Header.Mode != "evict" {
+			t.Fatalf("header %+v: want the target Deployment and mode evict", f.Header)
+		}
+		failed := 0
+		for _, r := range f.Trials {
+			t.Logf("trial %d pod %s: failures %v, reasons %s", r.Trial, r.Pod, r.ClientFailures, r.InvalidReason())
+			for _, n := range r.ClientFailures {
+				failed += n
+			}
+			if _, ok := r.Stage(results.StageListenerClosed); !ok {
+				t.Errorf("trial %d: no listener_closed stage", r.Trial)
+			}
+			if !r.Censored() {
+				t.Errorf("trial %d: the app exits at SIGTERM while Skipper still routes to it: want the trial censored at listener_closed", r.Trial)
+			}
+			if r.Sidecar == nil {
+				t.Errorf("trial %d: no sidecar account", r.Trial)
+			}
+		}
+		if failed == 0 {
+			t.Errorf("no failed request over %d trials of an app that exits at SIGTERM behind a 1 s poll: the failures are the finding", len(f.Trials))
+		}
+	})
+
+	t.Run("preStop sleep: windows inside it, the sidecar agrees with the probe", func(t *testing.T) {
+		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"app","lifecycle":{"preStop":{"sleep":{"seconds":%d}}}}]}}}}`, int(preStop.Seconds()))
+		if _, err := cluster.Client.AppsV1().Deployments(ns).Patch(ctx, app, "application/strategic-merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		code, f := measureTarget(t, 3)
+		if code != 0 {
+			t.Errorf("measure exited %d, want 0", code)
+		}
+		checkRolledBack(t, ctx)
+		for _, r := range f.Trials {
+			w, ok := r.Window()
+			t.Logf("trial %d pod %s: window %v, failures %v, reasons %s", r.Trial, r.Pod, w, r.ClientFailures, r.InvalidReason())
+			if !r.Valid || !ok || w <= 0 || w >= preStop {
+				t.Errorf("trial %d: valid %v, window %v; want a valid window inside the %s preStop", r.Trial, r.Valid, w, preStop)
+			}
+			if len(r.ClientFailures) > 0 {
+				t.Errorf("trial %d: failures %v behind a preStop that covers the window", r.Trial, r.ClientFailures)
+			}
+			checkAgainstProbe(t, pr, r)
+		}
+	})
+}
+
+// checkAgainstProbe compares the sidecar's stamps with the probe's own, on
+// one machine's clock (the tool's clock is the pods' here, so the skew is
+// about 0 and its bound small):
+//   - last_accept: the sidecar stamps a connection at the end of the first
+//     dump that lists it, at most one gap between dumps (MaxGapNS) after
+//     the kernel established it; the probe stamps it when Go's accept
+//     returns, after the kernel queued it. So sidecar − probe lies in
+//     [−(queue wait), MaxGap] ± the skew bound; 5 ms covers the accept
+//     queue's wait on this machine at 100 req/s.
+//   - last_request: the sidecar's instant is its dump less
+//     tcpi_last_data_recv, counted in jiffies (net/ipv4/tcp.c
+//     tcp_get_info: up to 10 ms at HZ=100), taken on the latest dump;
+//     the probe's is its handler's entry, after the request was read: so
+//     within one jiffy plus the dump's duration (MaxGap bounds it) either
+//     way, ± the skew bound.
+func checkAgainstProbe(t *testing.T, pr *podRecords, r results.Record) {
+	t.Helper()
+	tl, err := pr.probeRecord(r.Pod)
+	if err != nil || tl.LastTrafficAccept == nil || tl.LastTrafficRequest == nil {
+		t.Errorf("trial %d: the probe's own record: %v (%+v)", r.Trial, err, tl)
+		return
+	}
+	if r.Sidecar == nil {
+		t.Errorf("trial %d: no sidecar account", r.Trial)
+		return
+	}
+	skew := time.Duration(r.SkewUncertaintyNS)
+	gap := time.Duration(r.Sidecar.MaxGapNS)
+	acc, okA := r.StageMax(results.StageLastAccept)
+	req, okQ := r.Stage(results.StageLastRequest)
+	if !okA || !okQ {
+		t.Errorf("trial %d: no last_accept (%v) or last_request (%v) from the sidecar", r.Trial, okA, okQ)
+		return
+	}
+	if d := acc.At.Sub(*tl.LastTrafficAccept); d < -(5*time.Millisecond+skew) || d > gap+skew {
+		t.Errorf("trial %d: sidecar last_accept − probe's = %v, want within [−%v, %v]", r.Trial, d, 5*time.Millisecond+skew, gap+skew)
+	}
+	if d := req.At.Sub(*tl.LastTrafficRequest); d.Abs() > 10*time.Millisecond+gap+skew {
+		t.Errorf("trial %d: sidecar last_request − probe's = %v, want within ±%v", r.Trial, d, 10*time.Millisecond+gap+skew)
+	}
+	t.Logf("trial %d: last_accept sidecar−probe %v, last_request %v (gap %v, skew ±%v, unseen %v)", r.Trial,
+		acc.At.Sub(*tl.LastTrafficAccept), req.At.Sub(*tl.LastTrafficRequest), gap, skew, r.Sidecar.UnseenConnections)
+}
