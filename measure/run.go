@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -298,8 +299,15 @@ func (r *runner) grace() time.Duration {
 	return 30 * time.Second // the API default
 }
 
+// podSelector is the Deployment's selector, match expressions included (a
+// team's Deployment of --target may have them).
 func (r *runner) podSelector() labels.Selector {
-	return labels.SelectorFromSet(r.wl.Deployment.Spec.Selector.MatchLabels)
+	sel, err := metav1.LabelSelectorAsSelector(r.wl.Deployment.Spec.Selector)
+	if err != nil {
+		// The API server validated it; only a hand-made object gets here.
+		return labels.SelectorFromSet(r.wl.Deployment.Spec.Selector.MatchLabels)
+	}
+	return sel
 }
 
 // measure starts the watches, the observer and the load, waits for steady
