@@ -43,6 +43,7 @@ const (
 	FlagIngressInsecure    = "ingress-insecure"
 	FlagAllowExitCodes     = "allow-exit-codes"
 	FlagRouteCheck         = "route-check"
+	FlagSidecar            = "sidecar"
 )
 
 // CheckPort is --check-port PORT[/PATH]: the container port read through the
@@ -111,6 +112,10 @@ type Config struct {
 	// NoRouteCheck skips the check that the route of --host/--path leads
 	// to a Service selecting the Deployment's pods (--route-check=false).
 	NoRouteCheck bool
+	// Sidecar reads each replaced pod's window from the epwindow sidecar
+	// its Deployment keeps (--sidecar; deploy.TemplateSidecar): reported
+	// beside the failures, never judged.
+	Sidecar bool
 	// PollInterval is the pod-proxy poll of --check-port (0 = 100ms).
 	PollInterval time.Duration
 	Clock        clock.Clock

@@ -5,7 +5,10 @@
 // or the startup side of the pod it most likely hit, the terminated pods'
 // exit codes, the rollout's duration and, with a check port, whether each
 // terminating pod still answered on its own port after its address left the
-// EndpointSlices. Before touching the Deployment it runs the same load
+// EndpointSlices, and, with --sidecar, each replaced pod's window as the
+// epwindow sidecar the Deployment keeps measured it (information beside the
+// failures: the verdict does not read it). Before touching the Deployment
+// it runs the same load
 // against a broken canary of its own (the self-test), which must fail: a
 // gate that has never failed is no evidence.
 //

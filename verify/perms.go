@@ -46,8 +46,15 @@ func Permissions(cfg Config) []deploy.Perm {
 		ps = append(ps, fixed("networking.k8s.io", "ingresses", "", "the route check: the Ingress that routes --host/--path (or --route-check=false)", "list")...)
 		ps = append(ps, fixed("", "services", "", "the route check: the Service the route sends to must select the Deployment's pods", "get")...)
 	}
+	var proxied []string
 	if cfg.CheckPort != nil {
-		ps = append(ps, fixed("", "pods", "proxy", "--check-port reads each pod's port through the pod proxy", "get")...)
+		proxied = append(proxied, "--check-port reads each pod's port")
+	}
+	if cfg.Sidecar {
+		proxied = append(proxied, "--sidecar reads each pod's epwindow sidecar")
+	}
+	if len(proxied) > 0 {
+		ps = append(ps, fixed("", "pods", "proxy", strings.Join(proxied, ", ")+" through the pod proxy", "get")...)
 	}
 	if cfg.SelfTest {
 		if cfg.IngressClass == "" {

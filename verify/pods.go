@@ -24,6 +24,8 @@ type podState struct {
 	name string
 	uid  types.UID
 	ip   string
+	// hostIP is the node's address: the kubelet's probes come from it.
+	hostIP string
 	// hash is the pod-template-hash label: the ReplicaSet, so the
 	// template, the pod is of.
 	hash string
@@ -37,6 +39,8 @@ type podState struct {
 	// first failed read after deleted, and its error.
 	firstAnswer, lastAnswer, firstRefusal time.Time
 	refusalErr                            string
+	// sidecar is the pod's epwindow sidecar (--sidecar).
+	sidecar sidecarState
 }
 
 // tracker follows the pods of one Deployment and the readiness of their
@@ -112,6 +116,20 @@ func (t *tracker) onPod(now time.Time, o any, deleted bool) {
 	}
 	if p.Status.PodIP != "" {
 		s.ip = p.Status.PodIP
+	}
+	if p.Status.HostIP != "" {
+		s.hostIP = p.Status.HostIP
+	}
+	if s.sidecar.port == 0 {
+		s.sidecar.port = sidecarPort(p.Spec)
+	}
+	if s.sidecar.final == nil {
+		if tl, ok, err := sidecarFinal(p); ok {
+			s.sidecar.final = tl
+			if err != nil {
+				s.sidecar.finalErr = err.Error()
+			}
+		}
 	}
 	if h := p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]; h != "" {
 		s.hash = h

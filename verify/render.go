@@ -77,6 +77,9 @@ func Text(w io.Writer, r *Report) error {
 	if r.RouteCheck != "" {
 		fmt.Fprintf(&b, "route: %s\n", r.RouteCheck)
 	}
+	if r.Sidecar {
+		b.WriteString("windows: each replaced pod's last traffic after its deletion, from its epwindow sidecar (information: the failures decide)\n")
+	}
 	if st := r.SelfTest; st != nil {
 		fmt.Fprintf(&b, "self-test (broken canary, %d replicas, %d terminations): %s\n", st.Replicas, st.Terminations, st.Outcomes)
 		if st.Blind {
@@ -102,6 +105,9 @@ func Text(w io.Writer, r *Report) error {
 		fmt.Fprintf(&b, "  responses: %s\n", ro.Outcomes)
 		if len(ro.Failures) > 0 {
 			fmt.Fprintf(&b, "  failures: %s, %s\n", sideSummary(ro), basisOf(ro))
+		}
+		for _, w := range ro.Windows {
+			fmt.Fprintf(&b, "  window %s\n", w)
 		}
 		for _, e := range ro.Exits {
 			mark := ""
@@ -171,8 +177,13 @@ func Markdown(w io.Writer, r *Report) error {
 		b.WriteString("\n\n")
 	}
 	if len(r.Rollouts) > 0 {
-		b.WriteString("| rollout | complete | duration | 2xx | failed | shutdown side | startup side | SIGKILL exits |\n")
-		b.WriteString("|---:|:---:|---:|---:|---:|---:|---:|---:|\n")
+		// --sidecar: each replaced pod's window beside the failures.
+		windows := ""
+		if r.Sidecar {
+			windows = " windows (sidecar) |"
+		}
+		b.WriteString("| rollout | complete | duration | 2xx | failed | shutdown side | startup side | SIGKILL exits |" + windows + "\n")
+		b.WriteString("|---:|:---:|---:|---:|---:|---:|---:|---:|" + map[bool]string{true: "---|"}[r.Sidecar] + "\n")
 		for _, ro := range r.Rollouts {
 			sides := ro.Sides()
 			killed := 0
@@ -185,8 +196,16 @@ func Markdown(w io.Writer, r *Report) error {
 			if !ro.Complete {
 				done = "**no**"
 			}
-			fmt.Fprintf(&b, "| %d | %s | %s | %d | %d | %d | %d | %d |\n", ro.N, done, dur(ro.DurationNS), ro.Outcomes.OK,
+			fmt.Fprintf(&b, "| %d | %s | %s | %d | %d | %d | %d | %d |", ro.N, done, dur(ro.DurationNS), ro.Outcomes.OK,
 				ro.Outcomes.Failures(), sides[SideShutdown], sides[SideStartup], killed)
+			if r.Sidecar {
+				var cells []string
+				for _, w := range ro.Windows {
+					cells = append(cells, w.Pod+" "+w.Short())
+				}
+				fmt.Fprintf(&b, " %s |", strings.Join(cells, ", "))
+			}
+			b.WriteString("\n")
 		}
 		b.WriteString("\n")
 	}
@@ -197,6 +216,9 @@ func Markdown(w io.Writer, r *Report) error {
 		}
 		for _, p := range ro.Ports {
 			details = append(details, fmt.Sprintf("- rollout %d port check: %s", ro.N, p))
+		}
+		for _, w := range ro.Windows {
+			details = append(details, fmt.Sprintf("- rollout %d window: %s", ro.N, w))
 		}
 		for _, e := range ro.Exits {
 			switch {
@@ -296,6 +318,9 @@ func JUnit(w io.Writer, r *Report) error {
 		out = append(out, "responses: "+ro.Outcomes.String())
 		for _, p := range ro.Ports {
 			out = append(out, "port "+p.String())
+		}
+		for _, w := range ro.Windows {
+			out = append(out, "window "+w.String())
 		}
 		c.SystemOut = strings.Join(out, "\n")
 		fail(&c, "rollout", why)

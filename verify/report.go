@@ -50,7 +50,11 @@ type Report struct {
 	// Requested is --rollouts: how many rollouts the run was to see.
 	Requested int `json:"rollouts_requested"`
 	// Watch is true when the rollouts were started elsewhere (--watch).
-	Watch    bool      `json:"watch,omitempty"`
+	Watch bool `json:"watch,omitempty"`
+	// Sidecar is true when each replaced pod's window was read from its
+	// epwindow sidecar (--sidecar): information beside the failures, not
+	// part of the verdict.
+	Sidecar  bool      `json:"sidecar,omitempty"`
 	SelfTest *SelfTest `json:"self_test,omitempty"`
 	Shape    *Shape    `json:"shape,omitempty"`
 	// Baseline is the load before the first rollout: it must be clean, or
@@ -134,6 +138,9 @@ type Rollout struct {
 	Exits     []PodExit `json:"exits,omitempty"`
 	// Ports is the mechanism check (--check-port), one per replaced pod.
 	Ports []PortCheck `json:"ports,omitempty"`
+	// Windows are the replaced pods' windows as their sidecars measured
+	// them (--sidecar), one per replaced pod, unreadable ones too.
+	Windows []PodWindow `json:"windows,omitempty"`
 }
 
 // Duration is DurationNS as a time.Duration.

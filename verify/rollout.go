@@ -65,7 +65,9 @@ type target struct {
 	// failures are collected after its last replaced pod is gone.
 	lag, tail time.Duration
 	check     bool
-	res       time.Duration
+	// sidecar: each replaced pod's window is read from its sidecar.
+	sidecar bool
+	res     time.Duration
 	// from is where the next rollout's failures start: the end of the
 	// previous rollout's tail (or of the baseline), so that every failed
 	// request, by its scheduled instant, lands in exactly one rollout.
@@ -460,6 +462,9 @@ func (r *runner) collect(ro *Rollout, tg *target, old map[types.UID]podState, be
 		ro.Outcomes.Failed = nil
 	}
 	ro.Outcomes.OK = tg.gen.Totals().OK - okBefore
+	if tg.sidecar {
+		ro.Windows = sidecarWindows(pods, old, ro.Failures)
+	}
 }
 
 // refusedBy is the first instant a deleted pod did not answer: its first

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure/load"
 )
 
@@ -97,7 +98,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Report, error
 	}
 	r := &runner{cfg: cfg, clk: clk, progress: progress, id: newID()}
 	rep := &Report{Namespace: cfg.Namespace, Deployment: cfg.Deployment, URL: cfg.URL.String(), Host: cfg.Host,
-		Method: cfg.Method, Rate: cfg.Rate, MaxFailures: cfg.MaxFailures, AllowExitCodes: cfg.AllowExitCodes, Requested: cfg.Rollouts, Watch: cfg.Watch, Rollouts: []Rollout{}}
+		Method: cfg.Method, Rate: cfg.Rate, MaxFailures: cfg.MaxFailures, AllowExitCodes: cfg.AllowExitCodes, Requested: cfg.Rollouts, Watch: cfg.Watch, Sidecar: cfg.Sidecar, Rollouts: []Rollout{}}
 
 	if err := Preflight(ctx, cfg, r.selfTestNamespace()); err != nil {
 		return rep, err
@@ -186,6 +187,9 @@ func checkDeployment(d *appsv1.Deployment, cfg Config) error {
 		return usage("deployment %s/%s has %d ready replicas: with fewer than 2 every rollout has a moment with nothing serving; scale it up or pass --%s",
 			d.Namespace, d.Name, d.Status.ReadyReplicas, FlagAllowSingleReplica)
 	}
+	if c, _ := deploy.TemplateSidecar(d.Spec.Template); c == nil && cfg.Sidecar {
+		return noSidecar(d)
+	}
 	if d.Status.ReadyReplicas < 1 {
 		return usage("deployment %s/%s has no ready replica", d.Namespace, d.Name)
 	}
@@ -216,7 +220,7 @@ func (r *runner) startTeam(ctx context.Context, d *appsv1.Deployment, window tim
 	if err != nil {
 		return nil, fmt.Errorf("deployment %s/%s selector: %w", d.Namespace, d.Name, err)
 	}
-	tg := &target{ns: cfg.Namespace, name: cfg.Deployment, check: cfg.CheckPort != nil, res: cfg.pollInterval()}
+	tg := &target{ns: cfg.Namespace, name: cfg.Deployment, check: cfg.CheckPort != nil, sidecar: cfg.Sidecar, res: cfg.pollInterval()}
 	tg.lag, tg.tail = timing(window)
 	if cfg.Watch {
 		tg.watch = newWatchState(d)
@@ -245,6 +249,9 @@ func (r *runner) startTeam(ctx context.Context, d *appsv1.Deployment, window tim
 	go func() { _ = gen.Run(ctx); close(loadDone) }()
 	if cfg.CheckPort != nil {
 		go tg.track.checkPorts(ctx, *cfg.CheckPort, cfg.pollInterval())
+	}
+	if cfg.Sidecar {
+		go tg.track.readSidecars(ctx)
 	}
 	return &teamTarget{target: tg, start: r.clk.Now(), stop: func() { cancel(); <-loadDone }}, nil
 }

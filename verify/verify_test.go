@@ -222,7 +222,8 @@ func sample() *Report {
 		Rollouts: []Rollout{
 			{N: 1, Started: t0, DurationNS: int64(9200 * time.Millisecond), DrainedNS: int64(12 * time.Second), Complete: true,
 				Outcomes: Outcomes{OK: 2500}, Exits: []PodExit{{Pod: "checkout-1", Container: "app", ExitCode: 0, Reason: "Completed"}},
-				Ports: []PortCheck{{Pod: "checkout-1", Seen: true, LeftSlicesNS: 4e6, LastAnswerNS: ns(5006)}}},
+				Ports:   []PortCheck{{Pod: "checkout-1", Seen: true, LeftSlicesNS: 4e6, LastAnswerNS: ns(5006)}},
+				Windows: []PodWindow{{Pod: "checkout-1", WindowNS: ns(1204), UncertaintyNS: 14e6, ListenerClosedNS: ns(5010), Source: SourceTermination}}},
 			{N: 2, Started: t0.Add(time.Minute), DurationNS: int64(8700 * time.Millisecond), DrainedNS: int64(40 * time.Second), Complete: true,
 				Outcomes: Outcomes{OK: 2380, Failed: map[string]int{"status_502": 3, "refused": 1}},
 				Failures: []Failure{
@@ -232,9 +233,14 @@ func sample() *Report {
 					{AtNS: 4e9, Kind: "refused", Side: SideShutdown, Pod: "checkout-3", SinceNS: 5e6, Basis: BasisListener},
 				},
 				Exits: []PodExit{{Pod: "checkout-2", Container: "app", ExitCode: 137, Reason: "Error"}},
-				Ports: []PortCheck{{Pod: "checkout-2", Seen: true, LeftSlicesNS: 9e6, RefusedNS: ns(2)}}},
+				Ports: []PortCheck{{Pod: "checkout-2", Seen: true, LeftSlicesNS: 9e6, RefusedNS: ns(2)}},
+				Windows: []PodWindow{
+					{Pod: "checkout-2", WindowNS: ns(2), UncertaintyNS: 14e6, ListenerClosedNS: ns(2), Source: SourceTermination, Floor: true,
+						FloorWhy: "the app stopped listening while its address was still ready in the EndpointSlices: later connections were refused, not seen; 2 failed requests attributed to its shutdown: traffic its sidecar could not see"},
+					{Pod: "checkout-3", Unreadable: "GET /timeline of pod shop/checkout-3 port 9091 through the pod proxy: the server is currently unable to handle the request; no termination message in its final status"},
+				}},
 		},
-		MaxFailures: 0, Requested: 2,
+		MaxFailures: 0, Requested: 2, Sidecar: true,
 	}
 	r.Verdict = decide(r, 2)
 	return r

@@ -39,7 +39,11 @@ with --watch waits for rollouts started elsewhere. Per rollout it reports respon
 failure's time from the pod deletion or Ready it follows (shutdown or startup side), the replaced
 pods' exit codes (137 = SIGKILL at the end of the grace period), the rollout's duration and, with
 --check-port, whether each terminating pod still answered on its own port after its address left
-the EndpointSlices.
+the EndpointSlices. With --sidecar, the Deployment must keep the epwindow sidecar (epwindow
+manifests --sidecar; else exit 2), and each replaced pod's window — its last traffic after its
+deletion, as the sidecar saw it, "≥" when the app stopped listening while still routed or
+requests to it failed, or "unreadable" and why — is reported beside the rollout's failures; the
+windows do not change the verdict.
 
 Before anything else a 3 s baseline must get 2xx answers through --url with --host, and the
 route of --host/--path must lead (Ingress or HTTPRoute, then Service) to the Deployment's pods
@@ -84,6 +88,7 @@ func verifyFlags() []cli.Flag {
 		&cli.StringFlag{Name: verify.FlagAllowExitCodes, Usage: "non-zero exit codes of replaced containers that do not fail the gate, e.g. 143,1 (137 and OOMKilled always do)", Category: "Gate"},
 		&cli.BoolFlag{Name: verify.FlagRouteCheck, Value: true, Usage: "check that the route of --host/--path leads to a Service selecting the Deployment's pods (false: a route the tool cannot read, e.g. an external load balancer)", Category: "Gate"},
 		&cli.StringFlag{Name: verify.FlagCheckPort, Usage: "PORT[/PATH]: read each pod's own port through the API server's pod proxy (the mechanism check; needs get pods/proxy)", Category: "Gate"},
+		&cli.BoolFlag{Name: verify.FlagSidecar, Usage: "report each replaced pod's window, its last traffic after its deletion, as the epwindow sidecar the Deployment keeps measured it (epwindow manifests --sidecar; needs get pods/proxy); information beside the failures, not judged", Category: "Gate"},
 		&cli.BoolFlag{Name: verify.FlagSelfTest, Value: true, Usage: "first prove the gate can fail, against a broken canary of its own (refuses connections from SIGTERM on, keeps its address)", Category: "Gate"},
 		&cli.StringFlag{Name: verify.FlagIngressClass, Usage: "the canary's ingress class (default: the class of the Ingress routing to the Deployment)", Category: "Gate"},
 		&cli.StringFlag{Name: verify.FlagImage, Value: deploy.DefaultImage, Usage: "the probe image for the canary", Category: "Gate"},
@@ -104,7 +109,7 @@ func verifyConfig(c *cli.Context) (verify.Config, error) {
 		Rollouts: c.Int(verify.FlagRollouts), Watch: c.Bool(verify.FlagWatch), Timeout: c.Duration(verify.FlagTimeout),
 		MaxFailures: c.Int(verify.FlagMaxFailures), SelfTest: c.Bool(verify.FlagSelfTest), SelfTestImage: c.String(verify.FlagImage),
 		IngressClass: c.String(verify.FlagIngressClass), AllowSingleReplica: c.Bool(verify.FlagAllowSingleReplica),
-		Clock: clock.RealClock{},
+		Sidecar: c.Bool(verify.FlagSidecar), Clock: clock.RealClock{},
 	}
 	switch c.NArg() {
 	case 1:

@@ -800,6 +800,80 @@ func TestVerifyWatch(t *testing.T) {
 	}
 }
 
+// TestVerifySidecar: verify --sidecar on a Deployment that keeps the
+// epwindow sidecar (the init container manifests --sidecar adds), of the
+// good shape: each replaced pod's window is read from its sidecar's
+// termination message and reported beside the rollout's failures. The app
+// keeps listening through its preStop (goodPreStop) and Skipper drops the
+// address within its poll, so the last traffic comes inside the preStop and
+// the listener closes after it; the window is a floor only for a pod whose
+// shutdown failed requests.
+func TestVerifySidecar(t *testing.T) {
+	const ns = "team-sidecar"
+	teamOn(t, ns, goodGrace, front{class: e2etest.IngressClass, url: cluster.IngressURL}, func(s *corev1.PodSpec, c *corev1.Container) {
+		goodShape(s, c)
+		// Ready once the app listens, checked from inside the pod: an
+		// httpGet probe would connect from the node agent's side of the
+		// bridge, the address Skipper's requests come from, and count as
+		// the ingress's traffic. This connection's peer is 127.0.0.1, the
+		// local cluster's node address (status.hostIP), which the window
+		// leaves out as the kubelet's, as it does an HTTP probe's on a
+		// real node.
+		c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+			Command: []string{"bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8080"}}}, PeriodSeconds: 1, TimeoutSeconds: 1}
+		sc, err := deploy.SidecarContainer(*s, deploy.SidecarOptions{Ports: []int32{8080}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.InitContainers = append([]corev1.Container{sc}, s.InitContainers...)
+	})
+	rep, stderr, code := run(t, ns, "--sidecar", "--method", "POST", "--rate", "100", "--rollouts", "2", "--self-test=false")
+	if !rep.Sidecar || len(rep.Rollouts) != 2 {
+		t.Fatalf("exit %d, sidecar %v, rollouts %+v; want 2 rollouts with --sidecar\n%s", code, rep.Sidecar, rep.Rollouts, stderr)
+	}
+	failed := 0
+	for _, ro := range rep.Rollouts {
+		failed += ro.Outcomes.Failures()
+		shutdown := map[string]int{}
+		for _, f := range ro.Failures {
+			if f.Side == verify.SideShutdown {
+				shutdown[f.Pod]++
+			}
+		}
+		if len(ro.Windows) != 2 {
+			t.Errorf("rollout %d: windows %+v, want one per replaced pod (2)", ro.N, ro.Windows)
+			continue
+		}
+		for _, w := range ro.Windows {
+			t.Logf("rollout %d: window %s", ro.N, w)
+			if w.WindowNS == nil || w.Unreadable != "" || w.Source != verify.SourceTermination {
+				t.Errorf("rollout %d: %s; want a window from the sidecar's termination message", ro.N, w)
+				continue
+			}
+			if w.ListenerClosedNS == nil || time.Duration(*w.ListenerClosedNS) < goodPreStop-200*time.Millisecond {
+				t.Errorf("rollout %d: %s; want the listener closed after the %s preStop", ro.N, w, goodPreStop)
+			}
+			if shutdown[w.Pod] > 0 {
+				if !w.Floor {
+					t.Errorf("rollout %d: %s; %d failed requests at its shutdown, want a floor", ro.N, w, shutdown[w.Pod])
+				}
+				continue
+			}
+			if d := time.Duration(*w.WindowNS); w.Floor || d > goodPreStop+time.Duration(w.UncertaintyNS) {
+				t.Errorf("rollout %d: %s; want a window inside the %s preStop, not a floor", ro.N, w, goodPreStop)
+			}
+		}
+	}
+	// The windows are information: as in TestVerify's good case, a failed
+	// request alone fails the gate.
+	switch {
+	case failed == 0 && code != 0:
+		t.Fatalf("exit %d with no failed request, want 0; verdict %+v", code, rep.Verdict)
+	case failed > 0 && (code != 3 || len(rep.Verdict.Reasons) != 1):
+		t.Fatalf("exit %d with %d failed requests, want 3 for them alone; verdict %+v", code, failed, rep.Verdict)
+	}
+}
+
 func deployment(t *testing.T, ns string) *appsv1.Deployment {
 	t.Helper()
 	d, err := client(t).AppsV1().Deployments(ns).Get(context.Background(), "team", metav1.GetOptions{})
