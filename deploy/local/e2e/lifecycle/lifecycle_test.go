@@ -66,8 +66,12 @@ func runSleeper(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 
 func checkLeftovers(ctx context.Context, t *testing.T, dir string) {
 	t.Helper()
+	// This cluster's processes only: other packages' clusters run at the
+	// same time (each in namespaces of its own, localcluster.Isolate), and
+	// /proc shows theirs too. up's command line names its --dir, Skipper's
+	// its token under DIR/pki (cmd/epwindow-local/up.go).
 	bin, _ := localcluster.BinDir()
-	left, err := testenv.Leftovers(ctx, dir, bin+"/epwindow-local", bin+"/skipper", "sleep "+sleeperMark)
+	left, err := testenv.Leftovers(ctx, dir, bin+"/epwindow-local up --dir "+dir+" ", filepath.Join(dir, "pki", "skipper.token"), "sleep "+sleeperMark)
 	if err != nil {
 		t.Fatal(err)
 	}
