@@ -160,6 +160,14 @@ func (r *Record) AfterTermination() (d time.Duration, from string, ok bool) {
 	if d, ok := r.AfterSigterm(); ok {
 		return d, StageSigterm, true
 	}
+	// The sidecar (measure --target) sees neither the app's preStop call
+	// nor its SIGTERM: the covered duration runs from the deletion, which
+	// the kubelet's preStop follows, so covering it is conservative.
+	if r.Sidecar != nil {
+		if w, ok := r.Window(); ok {
+			return w, StageDeleteSent, true
+		}
+	}
 	return 0, "", false
 }
 

@@ -181,8 +181,11 @@ func (s *Summary) recommend() *Recommendation {
 		DrainNS:        int64(o.Drain),
 		HeadroomNS:     int64(o.Headroom),
 	}
-	if s.fallback == x.n() {
+	switch x.n() {
+	case s.fallback:
 		r.Basis = StageSigterm
+	case s.fromDeletion:
+		r.Basis = StageDeleteSent
 	}
 	r.MarginNS, r.MarginFrom = int64(o.Margin), "the least margin"
 	if res, name := s.worstResolution(); res > o.Margin {
@@ -220,8 +223,11 @@ func (s *Summary) recommend() *Recommendation {
 // one line each.
 func (r *Recommendation) Formula() []string {
 	basis := "prestop_called"
-	if r.Basis == StageSigterm {
+	switch r.Basis {
+	case StageSigterm:
 		basis = "sigterm"
+	case StageDeleteSent:
+		basis = "delete_sent"
 	}
 	ge := ""
 	if r.LowerBound() {
@@ -278,6 +284,8 @@ func (s *Summary) Caveats() []string {
 				plural(b.N, "trial", "trials"), pct(b.Covers), pct(b.Confidence), pct(b.Quantile), b.Need, TrialsNeeded(0.99, b.Confidence)))
 		}
 		switch {
+		case r.Basis == StageDeleteSent:
+			out = append(out, "The sidecar sees neither the app's preStop call nor its SIGTERM: the covered duration runs from the deletion (delete_sent), which the kubelet's preStop follows, so the preStop it asks for is on the safe side.")
 		case r.Basis == StageSigterm:
 			out = append(out, "No trial recorded a preStop call (no preStop hook configured?): the covered duration runs from SIGTERM instead of prestop_called.")
 		case r.FallbackTrials > 0:
@@ -293,14 +301,18 @@ func (s *Summary) Caveats() []string {
 			out = append(out, "The DNS line holds for clients that re-resolve when the TTL runs out and connect anew: one that re-resolves only when a connection drops (grpc-go's dns resolver) or keeps connections open stops reaching the pod when those connections close, which DNS does not bound (docs/dns.md).")
 		}
 	} else {
-		out = append(out, "No trial with valid probe-clock stages recorded both the traffic end and a termination signal (prestop_called or sigterm): no recommendation.")
+		out = append(out, "No trial with valid probe-clock stages recorded both the traffic end and a termination signal (prestop_called or sigterm; the deletion for the sidecar's): no recommendation.")
 	}
 	if n := sumCounts(d.GRPCFailures) + sumCounts(d.RunnerGRPCFailures); n > 0 {
 		out = append(out, GRPCFailuresCause(n))
 	}
-	if d.Censored > 0 {
+	if n := d.InvalidReasons[ReasonHoldReached]; n > 0 {
 		out = append(out, fmt.Sprintf("%s ran into the hold: censored, counted in n and in every quantile as at least what was seen (≥).",
-			plural(d.Censored, "trial", "trials")))
+			plural(n, "trial", "trials")))
+	}
+	if n := d.InvalidReasons[ReasonListenerClosed]; n > 0 {
+		out = append(out, fmt.Sprintf("In %s the app stopped listening while its address was still routed to (listener_closed before the ingress or the slices let it go, or requests failed): connections were refused from then on, so the window is censored there, counted in n and in every quantile as at least what was seen (≥). That is the finding: the app needs a preStop that keeps it listening until it is no longer routed to.",
+			plural(n, "trial", "trials")))
 	}
 	if parts := reasonParts(d, true); len(parts) > 0 {
 		out = append(out, fmt.Sprintf("%s: %s. A reason leaves out only the stages it corrupts; the window and the recommendation take every trial whose probe-clock stages are valid.",

@@ -153,7 +153,16 @@ func plural(n int, one, many string) string {
 func trialsLine(d *SummaryDoc) string {
 	s := fmt.Sprintf("%s, %d valid", plural(d.Trials, "trial", "trials"), d.Valid)
 	if d.Censored > 0 {
-		s += fmt.Sprintf(", %d censored at the hold", d.Censored)
+		where := "at the hold"
+		switch hold, closed := d.InvalidReasons[ReasonHoldReached], d.InvalidReasons[ReasonListenerClosed]; {
+		case closed > 0 && hold > 0:
+			where = "at the hold or at listener_closed"
+		case closed > 0:
+			// A team's pod (measure --target): the app stopped listening
+			// while it was still routed to.
+			where = "at listener_closed"
+		}
+		s += fmt.Sprintf(", %d censored %s", d.Censored, where)
 	}
 	if n := d.Trials - d.Valid; n > 0 {
 		s += fmt.Sprintf(", %d with reasons (%s)", n, strings.Join(reasonParts(d, false), ", "))

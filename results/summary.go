@@ -115,6 +115,9 @@ type Summary struct {
 	// fallback counts trials whose cover was measured from SIGTERM for
 	// want of prestop_called.
 	fallback int
+	// fromDeletion counts trials whose cover runs from the deletion: the
+	// sidecar's (measure --target), which sees no preStop call or SIGTERM.
+	fromDeletion int
 	// startupTrials counts trials with startup stages; routedEarly those
 	// whose new pod was routed before it listened.
 	startupTrials, routedEarly int
@@ -187,8 +190,11 @@ func (s *Summary) Close() {
 		}
 		if v, from, ok := r.AfterTermination(); ok && r.PointValid(from) && r.PointValid(PointWindow) {
 			s.add(metricCover, r.Trial, v, censored)
-			if from != StagePrestopCalled {
+			switch from {
+			case StageSigterm:
 				s.fallback++
+			case StageDeleteSent:
+				s.fromDeletion++
 			}
 			// The DNS path from the same basis. A server still answering
 			// when the trial ended (dns_listed) left dns_removed unknown

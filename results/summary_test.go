@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -183,6 +184,13 @@ func TestRecommendation(t *testing.T) {
 			cover: 1895 * ms, margin: time.Second, prestop: 3, grace: 8, fallback: 10, caveat: "runs from SIGTERM instead",
 		},
 		{
+			// measure --target: the sidecar sees no preStop call or
+			// SIGTERM, so the cover runs from the deletion (T0).
+			name:   "the sidecar's trials: from the deletion, and said so",
+			trials: sidecarTrials(ten(-1)), basis: StageDeleteSent,
+			cover: 1900 * ms, margin: time.Second, prestop: 3, grace: 8, caveat: "runs from the deletion (delete_sent)",
+		},
+		{
 			name: "deregistration delay: preStop must exceed it",
 			opts: Options{DeregistrationDelay: 15 * time.Second}, trials: ten(50 * ms), basis: StagePrestopCalled,
 			cover: 1900 * ms, margin: time.Second, prestop: 16, grace: 21, caveat: "covers only 74.1% of deletions",
@@ -220,6 +228,16 @@ func TestRecommendation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sidecarTrials makes trials as measure --target records them: the
+// sidecar's account, and no preStop call or SIGTERM.
+func sidecarTrials(trials []*Record) []*Record {
+	for _, r := range trials {
+		r.Sidecar = &SidecarTrial{IntervalNS: int64(10 * time.Millisecond)}
+		r.Stages = slices.DeleteFunc(r.Stages, func(s Stage) bool { return s.Name == StageSigterm || s.Name == StagePrestopCalled })
+	}
+	return trials
 }
 
 // Version-1 reasons are free text: they are split and classified into
