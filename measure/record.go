@@ -287,6 +287,11 @@ func sidecarStages(rec *results.Record, in trialInput, add func(name, key string
 		lastReq = sc.LastRequest
 	}
 	pod(results.StageLastRequest, "", lastReq)
+	// Connections no dump saw (opened and gone between two polls: a proxy
+	// that closes first leaves no TIME_WAIT here) have no peer, but the
+	// poll that counted them bounds when: the window reaches it. A
+	// kubelet probe is seen (the app closes first after its reply).
+	pod(results.StageLastAccept, "unseen", sc.LastUnseen)
 	pod(results.StageListenerClosed, "", sc.ListenerClosed)
 }
 

@@ -265,6 +265,13 @@ func TestSidecarRecord(t *testing.T) {
 		t.Errorf("3 failures with the listener closed: want the trial censored")
 	}
 
+	// A connection no dump saw, counted by the poll at 1.2 s: the window
+	// reaches that poll.
+	tl.LastUnseen = at(1200 * time.Millisecond)
+	if w, _ := buildRecord(in).Window(); w != 1200*time.Millisecond {
+		t.Errorf("window %v with an unseen connection counted at 1.2s: want 1.2s", w)
+	}
+
 	// No record at all: the window is unknown, and the trial says why.
 	in.sidecar, in.timelineSource = nil, "pod proxy: connection refused"
 	if rec := buildRecord(in); rec.Valid || !strings.Contains(rec.InvalidReason(), "sidecar") {

@@ -78,6 +78,16 @@ type Timeline struct {
 	// unseen count is then absent).
 	PassiveOpens      int64  `json:"passive_opens"`
 	UnseenConnections *int64 `json:"unseen_connections,omitempty"`
+	// LastUnseen is the latest poll at which UnseenConnections grew and the
+	// next poll confirmed it: a connection it could not see opened and went
+	// away in the gap before that poll (no peer, no port). The window must
+	// reach it: with a proxy that closes its connections first, the last
+	// request's connection may be one of them. A growth the next poll takes
+	// back was a connection accepted between a dump and the counter's read
+	// (the app's, seen by the next dump, or the sidecar's own server's,
+	// counted at its accept): never stamped. A growth at the very last
+	// poll has no next one and is not stamped either.
+	LastUnseen *time.Time `json:"last_unseen,omitempty"`
 	PassiveOpensError string `json:"passive_opens_error,omitempty"`
 
 	// Peers is per peer IP address (not port), capped by --max-peers, ordered
@@ -207,6 +217,13 @@ type Tracker struct {
 
 	poStart, poLast uint64
 	poSet           bool
+	// unseen is the confirmed level of UnseenConnections; a growth above
+	// it waits in pendingAt/pending for the next poll; lastUnseen is the
+	// latest confirmed growth's poll.
+	unseen     int64
+	pendingAt  time.Time
+	pending    int64
+	lastUnseen time.Time
 	ownStart        int64
 	poErr           string
 
@@ -335,7 +352,32 @@ func (t *Tracker) Observe(d Dump) {
 		t.ownStart = d.OwnAccepts
 	}
 	t.ownAccepts = d.OwnAccepts - t.ownStart
+	if t.poSet && d.PassiveOpensErr == nil {
+		t.observeUnseen(at, t.unseenNow())
+	}
 	t.baselined = true
+}
+
+// observeUnseen confirms a growth of the unseen count one poll later: it
+// is real when this poll's count is still above the level before it.
+func (t *Tracker) observeUnseen(at time.Time, u int64) {
+	if !t.pendingAt.IsZero() {
+		if kept := min(t.pending, u); kept > t.unseen {
+			t.lastUnseen, t.unseen = t.pendingAt, kept
+		}
+		t.pendingAt = time.Time{}
+	}
+	switch {
+	case u > t.unseen:
+		t.pendingAt, t.pending = at, u
+	case u < t.unseen:
+		t.unseen = u
+	}
+}
+
+// unseenNow is PassiveOpens since the baseline less every connection seen.
+func (t *Tracker) unseenNow() int64 {
+	return int64(t.poLast-t.poStart) - t.accepts - t.otherAccepts - t.ownAccepts
 }
 
 // accept records a connection first seen at at from peer.
@@ -439,8 +481,9 @@ func (t *Tracker) Timeline(now time.Time) Timeline {
 	}
 	if t.poSet {
 		tl.PassiveOpens = int64(t.poLast - t.poStart)
-		unseen := tl.PassiveOpens - t.accepts - t.otherAccepts - t.ownAccepts
+		unseen := t.unseenNow()
 		tl.UnseenConnections = &unseen
+		tl.LastUnseen = ptr(t.lastUnseen)
 	}
 	tl.PassiveOpensError = t.poErr
 	for a, p := range t.peers {

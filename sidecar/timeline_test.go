@@ -246,3 +246,39 @@ func TestTerminationMessageFits(t *testing.T) {
 		t.Errorf("first peer %s, want %s", got.Peers[0].Addr, tl.Peers[0].Addr)
 	}
 }
+
+// A connection no dump saw (it opened and went between two polls with no
+// TIME_WAIT on the pod's side) is stamped at the poll that counted it, once
+// the next poll confirms the count; a growth the next poll takes back (a
+// connection accepted between a dump and the counter's read, seen by the
+// next dump) is never stamped.
+func TestTrackerLastUnseen(t *testing.T) {
+	tr := newTestTracker()
+	observe(tr, ms(0), 100, listen("8080"))
+	// A connection came and went before the dump at 10 ms.
+	observe(tr, ms(10), 101, listen("8080"))
+	if tl := tr.Timeline(ms(10)); tl.LastUnseen != nil {
+		t.Errorf("last_unseen %v before the next poll confirmed it", tl.LastUnseen)
+	}
+	observe(tr, ms(20), 101, listen("8080"))
+	tl := tr.Timeline(ms(20))
+	at(t, "last_unseen", tl.LastUnseen, ms(10))
+	if *tl.UnseenConnections != 1 {
+		t.Errorf("unseen %d, want 1", *tl.UnseenConnections)
+	}
+
+	// At 30 ms the counter includes a connection accepted after the dump;
+	// the dump at 40 ms lists it: not an unseen one.
+	observe(tr, ms(30), 102, listen("8080"))
+	observe(tr, ms(40), 102, listen("8080"), tw("10.1.0.9:6000", 9))
+	tl = tr.Timeline(ms(40))
+	at(t, "last_unseen after a transient", tl.LastUnseen, ms(10))
+	if *tl.UnseenConnections != 1 || tl.Accepts != 1 {
+		t.Errorf("unseen %d accepts %d, want 1 and 1", *tl.UnseenConnections, tl.Accepts)
+	}
+
+	// Two more unseen by 50 ms, confirmed at 60 ms.
+	observe(tr, ms(50), 104, listen("8080"), tw("10.1.0.9:6000", 9))
+	observe(tr, ms(60), 104, listen("8080"), tw("10.1.0.9:6000", 9))
+	at(t, "last_unseen", tr.Timeline(ms(60)).LastUnseen, ms(50))
+}
