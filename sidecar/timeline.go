@@ -87,8 +87,8 @@ type Timeline struct {
 	// (the app's, seen by the next dump, or the sidecar's own server's,
 	// counted at its accept): never stamped. A growth at the very last
 	// poll has no next one and is not stamped either.
-	LastUnseen *time.Time `json:"last_unseen,omitempty"`
-	PassiveOpensError string `json:"passive_opens_error,omitempty"`
+	LastUnseen        *time.Time `json:"last_unseen,omitempty"`
+	PassiveOpensError string     `json:"passive_opens_error,omitempty"`
 
 	// Peers is per peer IP address (not port), capped by --max-peers, ordered
 	// by latest activity first; PeersOverflow counts accepts from peers beyond
@@ -224,8 +224,8 @@ type Tracker struct {
 	pendingAt  time.Time
 	pending    int64
 	lastUnseen time.Time
-	ownStart        int64
-	poErr           string
+	ownStart   int64
+	poErr      string
 
 	polls, errors, interrupted int64
 	sockets                    int
