@@ -93,12 +93,15 @@ func footprint(w io.Writer, c results.RunCost, trials int) {
 		perTrial = fmt.Sprintf("%.1f", float64(n)/float64(trials))
 	}
 	elapsed := time.Duration(c.ElapsedNS)
-	perMin := 0.0
-	if elapsed > 0 {
-		perMin = float64(n) / elapsed.Minutes()
+	// A rate over less than a minute is a burst extrapolated (a run that
+	// failed its checks in 0.2 s "made 400,000 a minute"): the rate
+	// needs a minute of run.
+	rate := "over " + elapsed.Round(time.Second).String()
+	if elapsed >= time.Minute {
+		rate = fmt.Sprintf("%.0f per minute %s", float64(n)/elapsed.Minutes(), rate)
 	}
-	fmt.Fprintf(w, "footprint: %d API requests (%d watches, %d lists, %d writes), %s per trial, %.0f per minute over %s",
-		n, c.Watches, c.Lists, c.Writes, perTrial, perMin, elapsed.Round(time.Second))
+	fmt.Fprintf(w, "footprint: %d API requests (%d watches, %d lists, %d writes), %s per trial, %s",
+		n, c.Watches, c.Lists, c.Writes, perTrial, rate)
 	if c.ProxyReads > 0 {
 		fmt.Fprintf(w, "; %d pod-proxy reads (%.1f kB)", c.ProxyReads, float64(c.ProxyBytes)/1000)
 	}

@@ -44,6 +44,12 @@ func TestAPICounter(t *testing.T) {
 	if s := out.String(); !strings.Contains(s, "6 API requests (2 watches, 1 lists, 2 writes), 2.0 per trial, 3 per minute over 2m0s") || !strings.Contains(s, "peak RSS") {
 		t.Errorf("footprint line %q", s)
 	}
+	// A run that ended in a fraction of a second has no rate a minute.
+	out.Reset()
+	footprint(&out, a.cost(200*time.Millisecond), 0)
+	if s := out.String(); strings.Contains(s, "per minute") || !strings.Contains(s, "n/a per trial, over 0s") {
+		t.Errorf("footprint line of a 0.2 s run %q: want no rate a minute", s)
+	}
 }
 
 // TestAPICounterProxyBytes: reads through the pod proxy (probe timelines,

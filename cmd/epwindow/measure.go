@@ -376,6 +376,12 @@ func runMeasure(c *cli.Context) error {
 				return cli.Exit("epwindow measure: "+err.Error(), code)
 			}
 			if r := sum.Doc().Recommendation; r.LowerBound() {
+				if sink.header != nil && sink.header.Target != nil {
+					// A team's app (--target) has no hold: it stopped
+					// listening while still routed to.
+					return cli.Exit(fmt.Sprintf("epwindow measure: %s stopped listening while still routed to, so the recommendation is only a lower bound (preStop ≥ %ds): give it a preStop (e.g. lifecycle.preStop.sleep) of at least that and measure again",
+						sink.header.Target, r.PreStopSeconds), exitLowerBound)
+				}
 				return cli.Exit(fmt.Sprintf("epwindow measure: the recommendation is only a lower bound (preStop ≥ %ds): rerun with a longer --%s", r.PreStopSeconds, measure.FlagHold), exitLowerBound)
 			}
 		}
