@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -241,38 +242,61 @@ func ingressServiceBackends(ing *networkingv1.Ingress) []ingressBackend {
 
 // addSidecar patches the Deployment's pod template with the sidecar and
 // the run's annotation (a rollout), unless its manifests keep one. The
-// patch carries the resourceVersion findTarget read, so a second run that
-// patched it meanwhile makes this one fail (409) instead of both measuring.
+// patch carries the resourceVersion last read, so that no other run can
+// add its sidecar between that read and this write: on a conflict (most
+// often only the controller's status update) the Deployment is read again,
+// refused if another run's sidecar is in it now, else patched again.
 func (r *runner) addSidecar(ctx context.Context, t *target) error {
 	if t.keptSidecar {
 		r.report(Progress{Phase: "setup", Message: "deployment " + t.deployment.Name + " keeps the sidecar in its manifests: nothing to add"})
 		return nil
 	}
-	patch, err := deploy.SidecarPatch(t.deployment, deploy.SidecarOptions{Image: r.cfg.Image, Ports: r.cfg.Target.Ports, RunID: r.runID,
+	r.report(Progress{Phase: "setup", Message: "adding the sidecar to deployment " + t.deployment.Name + " (a rollout)"})
+	d := t.deployment
+	for attempt := 1; ; attempt++ {
+		patch, err := r.sidecarPatch(d)
+		if err != nil {
+			return err
+		}
+		_, err = r.cfg.Client.AppsV1().Deployments(r.ns).Patch(ctx, d.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "epwindow"})
+		switch {
+		case err == nil:
+			r.patched = true
+			return r.waitRollout(ctx, d.Name, "with the sidecar")
+		case apierrors.IsConflict(err) && attempt < maxPatchAttempts:
+			if d, err = r.cfg.Client.AppsV1().Deployments(r.ns).Get(ctx, d.Name, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("read deployment %s/%s again (needs get deployments): %w", r.ns, t.deployment.Name, err)
+			}
+			if sc, run := deploy.TemplateSidecar(d.Spec.Template); sc != nil {
+				return fmt.Errorf("deployment %s/%s: run %s added its sidecar while this run read it: it is measuring it now", r.ns, d.Name, cmp.Or(run, "(unnamed)"))
+			}
+		case apierrors.IsConflict(err):
+			return fmt.Errorf("deployment %s/%s kept changing while this run tried to add the sidecar (%d attempts): try again once it is still", r.ns, d.Name, attempt)
+		case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+			return fmt.Errorf("adding the sidecar to deployment %s/%s was refused (needs patch deployments; an admission policy or Pod Security level may refuse the sidecar, which runs as user 65532 with no capabilities): %w", r.ns, d.Name, err)
+		default:
+			return fmt.Errorf("patch deployment %s/%s with the sidecar: %w", r.ns, d.Name, err)
+		}
+	}
+}
+
+// maxPatchAttempts bounds addSidecar's retries after a conflict.
+const maxPatchAttempts = 5
+
+// sidecarPatch is the strategic-merge patch that adds the run's sidecar to
+// d, with d's resourceVersion as its precondition.
+func (r *runner) sidecarPatch(d *appsv1.Deployment) ([]byte, error) {
+	patch, err := deploy.SidecarPatch(d, deploy.SidecarOptions{Image: r.cfg.Image, Ports: r.cfg.Target.Ports, RunID: r.runID,
 		Interval: sidecarInterval})
 	if err != nil {
-		return &FlagError{Flag: FlagPort, Err: err}
+		return nil, &FlagError{Flag: FlagPort, Err: err}
 	}
 	var m map[string]any
 	if err := json.Unmarshal(patch, &m); err != nil {
-		return err
+		return nil, err
 	}
-	m["metadata"] = map[string]any{"resourceVersion": t.deployment.ResourceVersion}
-	if patch, err = json.Marshal(m); err != nil {
-		return err
-	}
-	r.report(Progress{Phase: "setup", Message: "adding the sidecar to deployment " + t.deployment.Name + " (a rollout)"})
-	d, err := r.cfg.Client.AppsV1().Deployments(r.ns).Patch(ctx, t.deployment.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "epwindow"})
-	switch {
-	case apierrors.IsConflict(err):
-		return fmt.Errorf("deployment %s/%s changed while this run read it (another measure --%s, or a rollout): try again once it is still", r.ns, t.deployment.Name, FlagTarget)
-	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
-		return fmt.Errorf("adding the sidecar to deployment %s/%s was refused (needs patch deployments; an admission policy or Pod Security level may refuse the sidecar, which runs as user 65532 with no capabilities): %w", r.ns, t.deployment.Name, err)
-	case err != nil:
-		return fmt.Errorf("patch deployment %s/%s with the sidecar: %w", r.ns, t.deployment.Name, err)
-	}
-	r.patched = true
-	return r.waitRollout(ctx, d.Name, "with the sidecar")
+	m["metadata"] = map[string]any{"resourceVersion": d.ResourceVersion}
+	return json.Marshal(m)
 }
 
 // sidecarInterval is the sidecar's poll interval in a measured pod: its

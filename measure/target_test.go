@@ -278,3 +278,59 @@ func TestSidecarRecord(t *testing.T) {
 		t.Errorf("no sidecar record: reasons %q, want an invalid trial naming the sidecar", rec.InvalidReason())
 	}
 }
+
+// addSidecar's patch carries the resourceVersion it read: a conflict (the
+// controller's status update, most often) is read again and patched again,
+// unless another run's sidecar is in the template now.
+func TestAddSidecarRetriesAConflict(t *testing.T) {
+	two := int32(2)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team", ResourceVersion: "1"},
+		Spec: appsv1.DeploymentSpec{Replicas: &two, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}}}},
+		Status: appsv1.DeploymentStatus{Replicas: 2, UpdatedReplicas: 2, AvailableReplicas: 2}}
+	for _, tc := range []struct {
+		name      string
+		conflicts int
+		other     bool // another run's sidecar appears meanwhile
+		want      string
+	}{
+		{"status changed once", 1, false, ""},
+		{"another run got there first", 1, true, "run other1"},
+		{"never still", 100, false, "kept changing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientset(dep.DeepCopy())
+			patches := 0
+			c.PrependReactor("patch", "deployments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				patches++
+				if patches <= tc.conflicts {
+					if tc.other {
+						d, _ := c.Tracker().Get(appsv1.SchemeGroupVersion.WithResource("deployments"), "team", "app")
+						o := d.(*appsv1.Deployment).DeepCopy()
+						o.Spec.Template.Annotations = map[string]string{deploy.SidecarRunAnnotation: "other1"}
+						o.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: deploy.SidecarContainerName}}
+						_ = c.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), o, "team")
+					}
+					return true, nil, apierrors.NewConflict(appsv1.Resource("deployments"), "app", errors.New("the object has been modified"))
+				}
+				return false, nil, nil
+			})
+			r := &runner{cfg: Config{Client: c, Image: "epwindow:test", Target: TargetOptions{Deployment: "app", RolloutTimeout: time.Second}},
+				ns: "team", runID: "abc", progress: func(Progress) {}}
+			err := r.addSidecar(context.Background(), &target{deployment: dep.DeepCopy()})
+			if tc.want == "" {
+				if err != nil || !r.patched {
+					t.Fatalf("addSidecar: %v (patched %v), want the sidecar added on the second try", err, r.patched)
+				}
+				d, _ := c.AppsV1().Deployments("team").Get(context.Background(), "app", metav1.GetOptions{})
+				if sc, run := deploy.TemplateSidecar(d.Spec.Template); sc == nil || run != "abc" {
+					t.Errorf("template after the patch: sidecar %v, run %q; want this run's", sc != nil, run)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || r.patched {
+				t.Errorf("addSidecar: %v (patched %v), want an error with %q and nothing patched", err, r.patched, tc.want)
+			}
+		})
+	}
+}
