@@ -8,9 +8,12 @@ package target
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +21,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -157,12 +162,16 @@ func (pr *podRecords) probeRecord(pod string) (*probe.Timeline, error) {
 
 // measureTarget runs bin/epwindow measure --target on the app and returns
 // its exit code and results.
-func measureTarget(t *testing.T, trials int) (int, *results.File) {
+// route is its load's path (default: through Skipper, observed).
+func measureTarget(t *testing.T, trials int, route ...string) (int, *results.File) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "run.jsonl")
-	cmd := exec.Command(e2etest.Bin(t), "measure", "--kubeconfig", cluster.Kubeconfig, "--target", "deployment/"+app, "--namespace", ns,
-		"--url", cluster.IngressURL, "--observer", "skipper", "--observer-url", cluster.RoutesURL, "--observer-interval", "200ms",
-		"--rate", "100", "--trials", fmt.Sprint(trials), "--trial-jitter", "1s", "--settle-timeout", "2m", "--out", out)
+	if len(route) == 0 {
+		route = []string{"--url", cluster.IngressURL, "--observer", "skipper", "--observer-url", cluster.RoutesURL, "--observer-interval", "200ms"}
+	}
+	args := append([]string{"measure", "--kubeconfig", cluster.Kubeconfig, "--target", "deployment/" + app, "--namespace", ns}, route...)
+	cmd := exec.Command(e2etest.Bin(t), append(args,
+		"--rate", "100", "--trials", fmt.Sprint(trials), "--trial-jitter", "1s", "--settle-timeout", "2m", "--out", out)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	code := e2etest.ExitCode(cmd.Run())
@@ -197,10 +206,10 @@ func checkRolledBack(t *testing.T, ctx context.Context) {
 	}
 }
 
-// Two runs of 3 trials: 3 because the point is each trial's outcome and
+// Three runs of 3 trials: 3 because the point is each trial's outcome and
 // its agreement with the probe's record, not a distribution; each trial
-// costs about Skipper's poll and a replacement's start, each run two
-// rollouts (the sidecar in and out) of 3 replicas.
+// costs about Skipper's poll (or the preStop) and a replacement's start,
+// each run two rollouts (the sidecar in and out) of 3 replicas.
 func TestTargetDeployment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -255,6 +264,25 @@ func TestTargetDeployment(t *testing.T) {
 			checkAgainstProbe(t, pr, r)
 		}
 	})
+
+	// kube-proxy pins a kept-alive connection to its pod: it goes on
+	// carrying requests to the evicted pod until the app closes it at
+	// SIGTERM, after the preStop, so the window is the preStop and the
+	// requests then fail (the trial censored). The point is the sidecar's
+	// last_request on a connection that stays open, against the probe's.
+	t.Run("through the ClusterIP, keep-alive: the sidecar agrees with the probe", func(t *testing.T) {
+		svc, err := cluster.Client.CoreV1().Services(ns).Get(ctx, app, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, f := measureTarget(t, 3, "--url", "http://"+svc.Spec.ClusterIP+":80", "--observer", "none", "--keepalive")
+		checkRolledBack(t, ctx)
+		for _, r := range f.Trials {
+			w, ok := r.Window()
+			t.Logf("trial %d pod %s: window %v %v, failures %v, reasons %s", r.Trial, r.Pod, w, ok, r.ClientFailures, r.InvalidReason())
+			checkAgainstProbe(t, pr, r)
+		}
+	})
 }
 
 // checkAgainstProbe compares the sidecar's stamps with the probe's own, on
@@ -292,18 +320,24 @@ func checkAgainstProbe(t *testing.T, pr *podRecords, r results.Record) {
 	gap := time.Duration(r.Sidecar.MaxGapNS)
 	jiffy := 10 * time.Millisecond
 	acc, okA := r.StageMax(results.StageLastAccept)
-	req, okQ := r.Stage(results.StageLastRequest)
 	w, okW := r.Window()
-	if !okA || !okQ || !okW {
-		t.Errorf("trial %d: no last_accept (%v), last_request (%v) or window (%v) from the sidecar", r.Trial, okA, okQ, okW)
+	if !okA || !okW {
+		t.Errorf("trial %d: no last_accept (%v) or window (%v) from the sidecar", r.Trial, okA, okW)
 		return
 	}
 	low := 5*time.Millisecond + skew
 	if d := acc.At.Sub(*tl.LastTrafficAccept); d < -low || d > gap+skew {
 		t.Errorf("trial %d: sidecar last_accept − probe's = %v, want within [−%v, %v]", r.Trial, d, low, gap+skew)
 	}
-	if d := req.At.Sub(*tl.LastTrafficRequest); d > jiffy+gap+skew {
-		t.Errorf("trial %d: sidecar last_request − probe's = %v, want at most %v", r.Trial, d, jiffy+gap+skew)
+	// No last_request when no dump found a connection open with data on it
+	// (every request on a connection that came and went between dumps).
+	reqDiff := "none seen"
+	if req, ok := r.Stage(results.StageLastRequest); ok {
+		d := req.At.Sub(*tl.LastTrafficRequest)
+		reqDiff = d.String()
+		if d > jiffy+gap+skew {
+			t.Errorf("trial %d: sidecar last_request − probe's = %v, want at most %v", r.Trial, d, jiffy+gap+skew)
+		}
 	}
 	probeEnd := tl.LastTrafficAccept
 	if tl.LastTrafficRequest.After(*probeEnd) {
@@ -317,6 +351,166 @@ func checkAgainstProbe(t *testing.T, pr *podRecords, r results.Record) {
 	if u := r.Sidecar.UnseenConnections; u != nil {
 		unseen = fmt.Sprint(*u)
 	}
-	t.Logf("trial %d: last_accept sidecar−probe %v, last_request %v, window end %v (gap %v, skew ±%v, unseen %s)", r.Trial,
-		acc.At.Sub(*tl.LastTrafficAccept), req.At.Sub(*tl.LastTrafficRequest), end.Sub(*probeEnd), gap, skew, unseen)
+	t.Logf("trial %d: last_accept sidecar−probe %v, last_request %s, window end %v (gap %v, skew ±%v, unseen %s)", r.Trial,
+		acc.At.Sub(*tl.LastTrafficAccept), reqDiff, end.Sub(*probeEnd), gap, skew, unseen)
+}
+
+// targetArgs are a quick measure --target's arguments (one trial), its
+// results in the test's temporary directory.
+func targetArgs(t *testing.T, deployment string, extra ...string) []string {
+	return append([]string{"measure", "--kubeconfig", cluster.Kubeconfig, "--target", "deployment/" + deployment, "--namespace", ns,
+		"--url", cluster.IngressURL, "--observer", "skipper", "--observer-url", cluster.RoutesURL, "--observer-interval", "200ms",
+		"--rate", "50", "--trials", "1", "--trial-jitter", "0", "--settle-timeout", "1m",
+		"--out", filepath.Join(t.TempDir(), "run.jsonl")}, extra...)
+}
+
+// runCLI runs bin/epwindow with args and returns its exit code and output.
+func runCLI(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(e2etest.Bin(t), args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	code := e2etest.ExitCode(cmd.Run())
+	t.Logf("exit %d:\n%s", code, out.String())
+	return code, out.String()
+}
+
+// Bad input fails with the fix named, and leaves the Deployment as it was:
+// a Deployment that does not exist; one another run has its sidecar in (a
+// second measure --target); a PodDisruptionBudget that never allows an
+// eviction (the eviction waits, is not forced, and the run ends naming the
+// budget after --eviction-wait, the sidecar taken out); and Ctrl-C in the
+// middle of a trial (the sidecar taken out, the template rolled back).
+// Each costs at most two rollouts of 3 replicas.
+func TestTargetBadInputLeavesNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	t.Run("no such Deployment", func(t *testing.T) {
+		code, out := runCLI(t, targetArgs(t, "nope")...)
+		if code != 2 || !bytes.Contains([]byte(out), []byte("--target deployment/nope")) {
+			t.Errorf("exit %d, want 2 naming --target", code)
+		}
+	})
+
+	t.Run("a second run on the same Deployment", func(t *testing.T) {
+		// What a running (or killed) measure --target leaves in the template.
+		busy := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:"run123"}},"spec":{"initContainers":[{"name":%q,"image":%q,"command":["epwindow","sidecar","--port=8080"],"restartPolicy":"Always"}]}}}}`,
+			deploy.SidecarRunAnnotation, deploy.SidecarContainerName, deploy.DefaultImage)
+		patchApp(t, ctx, []byte(busy))
+		before := templateOf(t, ctx)
+		code, out := runCLI(t, targetArgs(t, app)...)
+		if code == 0 || !bytes.Contains([]byte(out), []byte("run123")) {
+			t.Errorf("exit %d, want a failure naming the other run", code)
+		}
+		if after := templateOf(t, ctx); after != before {
+			t.Errorf("the refused run changed the Deployment's template")
+		}
+		patchApp(t, ctx, deploy.SidecarRemovePatch())
+		waitRolledOut(t, ctx)
+	})
+
+	t.Run("a PodDisruptionBudget that allows no eviction", func(t *testing.T) {
+		three := intstr.FromInt32(3)
+		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "all", Namespace: ns},
+			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &three, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}}
+		if _, err := cluster.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer cluster.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "all", metav1.DeleteOptions{})
+		code, out := runCLI(t, targetArgs(t, app, "--eviction-wait", "15s")...)
+		if code == 0 || !bytes.Contains([]byte(out), []byte("PodDisruptionBudget")) {
+			t.Errorf("exit %d, want a failure naming the PodDisruptionBudget", code)
+		}
+		checkRolledBack(t, ctx)
+	})
+
+	t.Run("Ctrl-C in a trial", func(t *testing.T) {
+		var out syncBuffer
+		cmd := exec.Command(e2etest.Bin(t), targetArgs(t, app, "--trials", "5")...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		// Interrupt once the first eviction was sent: the sidecar is in.
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		var err error
+	wait:
+		for !strings.Contains(out.String(), "evicting") {
+			select {
+			case err = <-exited:
+				t.Fatalf("measure ended before its first eviction: %v\n%s", err, out.String())
+			case <-ctx.Done():
+				break wait
+			case <-tick.C:
+			}
+		}
+		_ = cmd.Process.Signal(os.Interrupt)
+		err = <-exited
+		code := e2etest.ExitCode(err)
+		t.Logf("exit %d:\n%s", code, out.String())
+		if code != 130 {
+			t.Errorf("exit %d after Ctrl-C, want 130", code)
+		}
+		checkRolledBack(t, ctx)
+	})
+}
+
+// syncBuffer is a bytes.Buffer the command writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func patchApp(t *testing.T, ctx context.Context, patch []byte) {
+	t.Helper()
+	if _, err := cluster.Client.AppsV1().Deployments(ns).Patch(ctx, app, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// templateOf is the Deployment's pod template, as JSON.
+func templateOf(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	d, err := cluster.Client.AppsV1().Deployments(ns).Get(ctx, app, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(d.Spec.Template)
+	return string(b)
+}
+
+// waitRolledOut waits until the Deployment's current template is rolled out.
+func waitRolledOut(t *testing.T, ctx context.Context) {
+	t.Helper()
+	for {
+		d, err := cluster.Client.AppsV1().Deployments(ns).Get(ctx, app, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := d.Status
+		if s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == *d.Spec.Replicas && s.Replicas == s.UpdatedReplicas && s.AvailableReplicas == s.UpdatedReplicas {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("deployment %s not rolled out: %+v", app, s)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
