@@ -302,18 +302,40 @@ func TestTargetDeployment(t *testing.T) {
 //     in jiffies (net/ipv4/tcp.c tcp_get_info: up to 10 ms at HZ=100). So
 //     it is never later than the probe's by more than a jiffy, a gap and
 //     the skew bound.
-//   - the window's end, max(last_accept, last_request): the probe's
-//     request is read within its connection's first ms here, so the ends
-//     agree as last_accept does, less that ms.
+//   - the window's end, max(last_accept, last_request): as last_accept, or
+//     up to a gap early when the last request came on a connection closed
+//     before the next dump (below).
 func checkAgainstProbe(t *testing.T, pr *podRecords, r results.Record) {
 	t.Helper()
 	tl, err := pr.probeRecord(r.Pod)
-	if err != nil || tl.LastTrafficAccept == nil || tl.LastTrafficRequest == nil {
-		t.Errorf("trial %d: the probe's own record: %v (%+v)", r.Trial, err, tl)
+	if err != nil {
+		t.Errorf("trial %d: the probe's own record: %v", r.Trial, err)
 		return
 	}
 	if r.Sidecar == nil {
 		t.Errorf("trial %d: no sidecar account", r.Trial)
+		return
+	}
+	// Every connection the app accepted on its port is one the sidecar
+	// saw or counted unseen: PassiveOpens less the sidecar's own and other
+	// ports' (net/ipv4/tcp_minisocks.c counts each accepted one). The
+	// sidecar's last dump comes after the app exited (a native sidecar is
+	// stopped last), so the count is exact, not a bound.
+	unseen := "unknown"
+	if u := r.Sidecar.UnseenConnections; u != nil {
+		unseen = fmt.Sprint(*u)
+		if seen := r.Sidecar.Accepts + *u; seen != tl.Accepts {
+			t.Errorf("trial %d: the sidecar saw %d connections and counted %d unseen (%d), the probe accepted %d: want equal",
+				r.Trial, r.Sidecar.Accepts, *u, seen, tl.Accepts)
+		}
+	}
+	if tl.LastTrafficAccept == nil {
+		// Kept-alive connections pinned to the other pods: no traffic
+		// reached this one, and the sidecar must not have seen any either.
+		if w, ok := r.Window(); ok {
+			t.Errorf("trial %d: the probe served no traffic, the sidecar's window is %v", r.Trial, w)
+		}
+		t.Logf("trial %d: no traffic reached the pod (probe and sidecar agree; unseen %s)", r.Trial, unseen)
 		return
 	}
 	skew := time.Duration(r.SkewUncertaintyNS)
@@ -332,7 +354,7 @@ func checkAgainstProbe(t *testing.T, pr *podRecords, r results.Record) {
 	// No last_request when no dump found a connection open with data on it
 	// (every request on a connection that came and went between dumps).
 	reqDiff := "none seen"
-	if req, ok := r.Stage(results.StageLastRequest); ok {
+	if req, ok := r.Stage(results.StageLastRequest); ok && tl.LastTrafficRequest != nil {
 		d := req.At.Sub(*tl.LastTrafficRequest)
 		reqDiff = d.String()
 		if d > jiffy+gap+skew {
@@ -340,16 +362,16 @@ func checkAgainstProbe(t *testing.T, pr *podRecords, r results.Record) {
 		}
 	}
 	probeEnd := tl.LastTrafficAccept
-	if tl.LastTrafficRequest.After(*probeEnd) {
+	if tl.LastTrafficRequest != nil && tl.LastTrafficRequest.After(*probeEnd) {
 		probeEnd = tl.LastTrafficRequest
 	}
+	// A request on a kept-alive connection that the app then closed (at
+	// SIGTERM) before the next dump is data no dump saw grow: the window's
+	// end may be early by up to a gap too. The record's ± (skew + the
+	// longest gap) covers both sides.
 	end := r.T0.Add(w)
-	if d := end.Sub(*probeEnd); d < -(low+jiffy) || d > gap+skew {
-		t.Errorf("trial %d: the sidecar's window ends %v from the probe's traffic end, want within [−%v, %v]", r.Trial, d, low+jiffy, gap+skew)
-	}
-	unseen := "unknown"
-	if u := r.Sidecar.UnseenConnections; u != nil {
-		unseen = fmt.Sprint(*u)
+	if d := end.Sub(*probeEnd); d < -(low+jiffy+gap) || d > gap+skew {
+		t.Errorf("trial %d: the sidecar's window ends %v from the probe's traffic end, want within [−%v, %v]", r.Trial, d, low+jiffy+gap, gap+skew)
 	}
 	t.Logf("trial %d: last_accept sidecar−probe %v, last_request %s, window end %v (gap %v, skew ±%v, unseen %s)", r.Trial,
 		acc.At.Sub(*tl.LastTrafficAccept), reqDiff, end.Sub(*probeEnd), gap, skew, unseen)
