@@ -119,8 +119,13 @@ CNI_BIN_DIR ?= /usr/lib/cni
 # The Debian packages deps installs when missing: the CNI plugins, iproute2,
 # and kube-proxy's nftables and iptables.
 CNI_PKG     := containernetworking-plugins
+# deps-demo installs only what make demo runs (the local cluster without
+# flags); deps adds what the tests use beside it (hack/deps.sh says which).
+.PHONY: deps-demo
 deps:
 	CNI_BIN_DIR=$(CNI_BIN_DIR) CNI_PKG=$(CNI_PKG) hack/deps.sh
+deps-demo:
+	DEPS=demo CNI_BIN_DIR=$(CNI_BIN_DIR) CNI_PKG=$(CNI_PKG) hack/deps.sh
 
 # check-fresh proves the fresh-machine path on this machine without
 # touching it: plugins looked for in an empty folder, deps fails fast
@@ -278,6 +283,6 @@ build-estimate:
 # and the other build fills the second. They share nothing to compile twice
 # (Skipper's dependencies are other versions), unlike bin/epwindow, whose
 # packages bin/epwindow-local reuses, so that one builds first.
-demo: build-estimate deps build
+demo: build-estimate deps-demo build
 	@$(MAKE) --no-print-directory -j2 cluster-skipper
 	CNI_BIN_DIR=$(CNI_BIN_DIR) hack/demo.sh

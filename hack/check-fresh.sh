@@ -50,6 +50,27 @@ for p in bridge host-local loopback; do
 done
 say "plugins in $cni answer VERSION"
 
+# 2b. make demo's deps (DEPS=demo) skip what only the tests use: on a
+# machine without promtool, HAProxy and Chromium (a PATH without them) it
+# asks apt for none of them; make deps asks for all three.
+mkdir -p "$scratch/path"
+for c in go ip nft iptables-restore id uname; do
+	ln -s "$(command -v "$c")" "$scratch/path/$c"
+done
+# (the recorder names its file in full: the PATH here has no dirname)
+cat >"$scratch/bin/apt-rec" <<SH
+#!/bin/sh
+echo "\$*" >>"$scratch/bin/apt-rec.calls"
+SH
+chmod +x "$scratch/bin/apt-rec"
+DEPS=demo PATH="$scratch/path" CNI_BIN_DIR="$cni" APT_GET="$scratch/bin/apt-rec" "$BASH" hack/deps.sh >/dev/null
+[ ! -e "$scratch/bin/apt-rec.calls" ] || die "make deps-demo asked apt for $(cat "$scratch/bin/apt-rec.calls")"
+PATH="$scratch/path" CNI_BIN_DIR="$cni" APT_GET="$scratch/bin/apt-rec" "$BASH" hack/deps.sh >/dev/null
+for p in prometheus haproxy chromium-headless-shell; do
+	grep -q "install.* $p" "$scratch/bin/apt-rec.calls" || die "make deps did not ask apt for $p: $(cat "$scratch/bin/apt-rec.calls")"
+done
+say "deps-demo installs only the cluster's packages; deps adds the tests' (prometheus, haproxy, chromium-headless-shell)"
+
 # 3. Present now: no apt at all.
 cat >"$scratch/bin/apt-get" <<'SH'
 #!/bin/sh

@@ -45,14 +45,19 @@ command -v ip >/dev/null || pkgs+=(iproute2)
 # nft command (nftables mode, the default) or iptables-restore (iptables).
 command -v nft >/dev/null || pkgs+=(nftables)
 command -v iptables-restore >/dev/null || pkgs+=(iptables)
-# promtool checks the alert rules epwindow ships (deploy/monitoring).
-command -v promtool >/dev/null || pkgs+=(prometheus)
-# HAProxy resolves the probe's headless Service through CoreDNS
-# (server-template + resolvers): the DNS path's consumer in the tests.
-command -v haproxy >/dev/null || pkgs+=(haproxy)
-# Headless Chromium opens the HTML reports as a person sees them
-# (results/browsercheck): Debian's chromium-headless-shell.
-command -v chromium-headless-shell >/dev/null || pkgs+=(chromium-headless-shell)
+# The rest only the tests use; make demo runs up without flags and needs
+# none of it (DEPS=demo, make deps-demo): on a fresh machine Chromium and
+# Prometheus are most of the download.
+if [ "${DEPS:-test}" != demo ]; then
+	# promtool checks the alert rules epwindow ships (deploy/monitoring).
+	command -v promtool >/dev/null || pkgs+=(prometheus)
+	# HAProxy resolves the probe's headless Service through CoreDNS
+	# (server-template + resolvers): the DNS path's consumer in the tests.
+	command -v haproxy >/dev/null || pkgs+=(haproxy)
+	# Headless Chromium opens the HTML reports as a person sees them
+	# (results/browsercheck): Debian's chromium-headless-shell.
+	command -v chromium-headless-shell >/dev/null || pkgs+=(chromium-headless-shell)
+fi
 [ -z "$(missing_plugins)" ] || [ -x "$CNI_PKG_DIR/bridge" ] || pkgs+=("$CNI_PKG")
 
 if [ ${#pkgs[@]} -gt 0 ]; then
