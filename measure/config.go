@@ -361,7 +361,13 @@ func (c *Config) Validate() error {
 	if c.Image == "" {
 		add("--%s must name the probe image", FlagImage)
 	}
-	if err := deploy.ValidateRoute(c.Route, c.Gateway, c.IngressClass, c.Overlay); err != nil {
+	gw := c.Gateway
+	if c.Target.on() && c.Route == RouteHTTPRoute && gw.Name == "" {
+		// --target finds the Gateway as the team's HTTPRoute's parent;
+		// --gateway only picks one when the route has several.
+		gw = GatewayRef{Namespace: "target", Name: "parent"}
+	}
+	if err := deploy.ValidateRoute(c.Route, gw, c.IngressClass, c.Overlay); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Namespace != "" {

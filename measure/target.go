@@ -15,8 +15,10 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/epwindow/epwindow/deploy"
@@ -133,8 +135,11 @@ type target struct {
 	// the first by name).
 	services []*corev1.Service
 	service  *corev1.Service
-	// ingress routes to service (nil when none does).
-	ingress *networkingv1.Ingress
+	// ingress routes to service (nil when none does); with --route
+	// httproute, httpRoute does instead, attached to gateway.
+	ingress   *networkingv1.Ingress
+	httpRoute *unstructured.Unstructured
+	gateway   GatewayRef
 	// keptSidecar is set when the Deployment's own manifests keep the
 	// sidecar (a staging overlay): the run adds and removes nothing.
 	keptSidecar bool
@@ -144,6 +149,13 @@ type target struct {
 // pods and the Ingress that routes to one of them, before anything is
 // changed: a missing Deployment or Service fails with nothing to undo.
 func findTarget(ctx context.Context, c kubernetes.Interface, ns string, o TargetOptions, host string) (*target, error) {
+	return findTargetRoute(ctx, c, nil, ns, o, host, RouteIngress, GatewayRef{})
+}
+
+// findTargetRoute is findTarget for either route kind: with route
+// httproute it reads the HTTPRoutes (dyn) instead of the Ingresses, and the
+// Gateway is the matching route's parent (gw, when set, must be it).
+func findTargetRoute(ctx context.Context, c kubernetes.Interface, dyn dynamic.Interface, ns string, o TargetOptions, host, route string, gw GatewayRef) (*target, error) {
 	d, err := c.AppsV1().Deployments(ns).Get(ctx, o.Deployment, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -179,6 +191,19 @@ func findTarget(ctx context.Context, c kubernetes.Interface, ns string, o Target
 	}
 	slices.SortFunc(t.services, func(a, b *corev1.Service) int { return strings.Compare(a.Name, b.Name) })
 	t.service = t.services[0]
+	if route == RouteHTTPRoute {
+		list, err := dyn.Resource(deploy.HTTPRouteResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list httproutes in %s (needs list httproutes.%s): %w", ns, deploy.GatewayGroup, err)
+		}
+		hr, svc, parent := routingHTTPRoute(list.Items, t.services, gw)
+		if hr == nil {
+			return nil, fmt.Errorf("deployment %s/%s: no HTTPRoute in %s sends to its Services (%s)%s: measure through --%s %s, or name the route's kind with --%s",
+				ns, d.Name, ns, serviceNames(t.services), onGateway(gw), FlagRoute, RouteIngress, FlagRoute)
+		}
+		t.httpRoute, t.service, t.gateway = hr, svc, parent
+		return t, nil
+	}
 	ings, err := c.NetworkingV1().Ingresses(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list ingresses in %s (needs list ingresses): %w", ns, err)
@@ -187,6 +212,85 @@ func findTarget(ctx context.Context, c kubernetes.Interface, ns string, o Target
 		t.ingress, t.service = ing, svc
 	}
 	return t, nil
+}
+
+func serviceNames(svcs []*corev1.Service) string {
+	names := make([]string, len(svcs))
+	for i, s := range svcs {
+		names[i] = s.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func onGateway(gw GatewayRef) string {
+	if gw.Name == "" {
+		return ""
+	}
+	return " on Gateway " + gw.String()
+}
+
+// routingHTTPRoute is the first HTTPRoute (by name) with a backendRef to
+// one of svcs (a Service: kind Service or unset, core group), attached to
+// gw when gw is set; that Service, and the route's parent Gateway (its
+// namespace defaults to the route's: the Gateway API's ParentReference).
+func routingHTTPRoute(routes []unstructured.Unstructured, svcs []*corev1.Service, gw GatewayRef) (*unstructured.Unstructured, *corev1.Service, GatewayRef) {
+	byName := map[string]*corev1.Service{}
+	for _, s := range svcs {
+		byName[s.Name] = s
+	}
+	routes = slices.Clone(routes)
+	slices.SortFunc(routes, func(a, b unstructured.Unstructured) int { return strings.Compare(a.GetName(), b.GetName()) })
+	for i := range routes {
+		hr := &routes[i]
+		parent, ok := routeParent(hr, gw)
+		if !ok {
+			continue
+		}
+		rules, _, _ := unstructured.NestedSlice(hr.Object, "spec", "rules")
+		for _, rule := range rules {
+			refs, _, _ := unstructured.NestedSlice(asMap(rule), "backendRefs")
+			for _, ref := range refs {
+				m := asMap(ref)
+				kind, _, _ := unstructured.NestedString(m, "kind")
+				group, _, _ := unstructured.NestedString(m, "group")
+				name, _, _ := unstructured.NestedString(m, "name")
+				if (kind == "" || kind == "Service") && group == "" {
+					if s, ok := byName[name]; ok {
+						return hr, s, parent
+					}
+				}
+			}
+		}
+	}
+	return nil, nil, GatewayRef{}
+}
+
+// routeParent is the route's Gateway parent: gw if it is among them (or
+// the first when gw is unset).
+func routeParent(hr *unstructured.Unstructured, gw GatewayRef) (GatewayRef, bool) {
+	parents, _, _ := unstructured.NestedSlice(hr.Object, "spec", "parentRefs")
+	for _, p := range parents {
+		m := asMap(p)
+		kind, _, _ := unstructured.NestedString(m, "kind")
+		if kind != "" && kind != "Gateway" {
+			continue
+		}
+		ref := GatewayRef{Namespace: hr.GetNamespace()}
+		ref.Name, _, _ = unstructured.NestedString(m, "name")
+		if ns, _, _ := unstructured.NestedString(m, "namespace"); ns != "" {
+			ref.Namespace = ns
+		}
+		ref.Section, _, _ = unstructured.NestedString(m, "sectionName")
+		if gw.Name == "" || gw.Name == ref.Name && gw.Namespace == ref.Namespace {
+			return ref, true
+		}
+	}
+	return GatewayRef{}, false
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
 }
 
 // routingIngress is the first Ingress (by name) with a backend among svcs,

@@ -13,6 +13,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -332,5 +333,40 @@ func TestAddSidecarRetriesAConflict(t *testing.T) {
 				t.Errorf("addSidecar: %v (patched %v), want an error with %q and nothing patched", err, r.patched, tc.want)
 			}
 		})
+	}
+}
+
+// With --route httproute, --target finds the HTTPRoute that sends to the
+// Deployment's Service and takes its parent Gateway (namespace defaulting
+// to the route's); --gateway, when given, picks among several parents.
+func TestFindTargetHTTPRoute(t *testing.T) {
+	two := int32(2)
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team"},
+		Spec: appsv1.DeploymentSpec{Replicas: &two, Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "app"}}}}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "app"}}}
+	c := fake.NewClientset(d, svc)
+	route := func(name string, parents []any, backend string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+			"metadata": map[string]any{"name": name, "namespace": "team"},
+			"spec": map[string]any{"parentRefs": parents,
+				"rules": []any{map[string]any{"backendRefs": []any{map[string]any{"name": backend, "port": int64(80)}}}}},
+		}}
+	}
+	dyn := gatewayAPI(t,
+		route("a-other", []any{map[string]any{"name": "gw", "namespace": "infra"}}, "other"),
+		route("b-app", []any{map[string]any{"name": "internal"}, map[string]any{"name": "gw", "namespace": "infra", "sectionName": "web"}}, "app"))
+	ctx := context.Background()
+	tg, err := findTargetRoute(ctx, c, dyn, "team", TargetOptions{Deployment: "app"}, "", RouteHTTPRoute, GatewayRef{})
+	if err != nil || tg.httpRoute.GetName() != "b-app" || tg.gateway != (GatewayRef{Namespace: "team", Name: "internal"}) {
+		t.Fatalf("any Gateway: %+v, %v; want b-app on its first parent, team/internal", tg, err)
+	}
+	tg, err = findTargetRoute(ctx, c, dyn, "team", TargetOptions{Deployment: "app"}, "", RouteHTTPRoute, GatewayRef{Namespace: "infra", Name: "gw"})
+	if err != nil || tg.gateway != (GatewayRef{Namespace: "infra", Name: "gw", Section: "web"}) {
+		t.Errorf("--gateway infra/gw: %+v, %v; want that parent with its section", tg, err)
+	}
+	if _, err := findTargetRoute(ctx, c, dyn, "team", TargetOptions{Deployment: "app"}, "", RouteHTTPRoute, GatewayRef{Namespace: "infra", Name: "nope"}); err == nil ||
+		!strings.Contains(err.Error(), "no HTTPRoute") {
+		t.Errorf("a Gateway no route of the Service attaches to: %v, want an error saying so", err)
 	}
 }

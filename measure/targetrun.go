@@ -15,7 +15,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure/load"
@@ -31,11 +33,29 @@ import (
 func runTarget(ctx context.Context, r *runner, sink Sink, serverVersion string) (err error) {
 	cfg := r.cfg
 	r.ns = cfg.Namespace
-	t, err := findTarget(ctx, cfg.Client, r.ns, cfg.Target, cfg.Host)
+	if cfg.Route == RouteHTTPRoute {
+		if r.dynamic = cfg.Dynamic; r.dynamic == nil {
+			if cfg.RESTConfig == nil {
+				return errors.New("no cluster configuration for the Gateway API's dynamic client: check --kubeconfig / --context")
+			}
+			if r.dynamic, err = dynamic.NewForConfig(cfg.RESTConfig); err != nil {
+				return fmt.Errorf("build the dynamic client for --%s %s: %w", FlagRoute, RouteHTTPRoute, err)
+			}
+		}
+	}
+	t, err := findTargetRoute(ctx, cfg.Client, r.dynamic, r.ns, cfg.Target, cfg.Host, cfg.Route, cfg.Gateway)
 	if err != nil {
 		return err
 	}
 	r.target = t
+	if r.cfg.Host == "" && t.httpRoute != nil {
+		// The route's first hostname, so that the Gateway's listener
+		// matches the load (a route without hostnames takes any).
+		if hosts, _, _ := unstructured.NestedStringSlice(t.httpRoute.Object, "spec", "hostnames"); len(hosts) > 0 && !strings.Contains(hosts[0], "*") {
+			r.cfg.Host = hosts[0]
+		}
+		cfg = r.cfg
+	}
 	if r.cfg.Host == "" && t.ingress != nil {
 		// The host of the rule that routes to the Service, so that the load
 		// matches it (an Ingress without a host rule takes any).
@@ -53,11 +73,21 @@ func runTarget(ctx context.Context, r *runner, sink Sink, serverVersion string) 
 
 	// The observer is built before anything is changed, as Run's is.
 	tgt := upstream.Target{Namespace: r.ns, Service: t.service.Name, Port: t.service.Spec.Ports[0].Port, Host: cfg.Host}
-	if t.ingress != nil {
-		tgt.Ingress = t.ingress.Name
+	obsOpts := cfg.ObserverOptions
+	route := "no Ingress routes to it"
+	switch {
+	case t.ingress != nil:
+		tgt.Ingress, route = t.ingress.Name, "Ingress "+t.ingress.Name
+	case t.httpRoute != nil:
+		if r.gateway, err = CheckGateway(ctx, cfg.Client.Discovery(), r.dynamic, t.gateway); err != nil {
+			return err
+		}
+		// Auto picks the observer by the Gateway's controller.
+		obsOpts.GatewayClass, obsOpts.GatewayController = r.gateway.Class, r.gateway.Controller
+		tgt.Route, route = t.httpRoute.GetName(), "HTTPRoute "+t.httpRoute.GetName()+" on "+r.gateway.String()
 	}
 	r.obs, r.choice, err = upstream.New(ctx, cfg.Observer, upstream.Deps{Client: cfg.Client, Config: cfg.RESTConfig, Clock: cfg.Clock},
-		tgt, cfg.ObserverOptions)
+		tgt, obsOpts)
 	if err != nil {
 		return fmt.Errorf("--%s %s: %w", FlagObserver, cfg.Observer, err)
 	}
@@ -65,10 +95,6 @@ func runTarget(ctx context.Context, r *runner, sink Sink, serverVersion string) 
 	defer closeObserver()
 	if err := upstream.Preflight(ctx, r.obs); err != nil {
 		return fmt.Errorf("--%s %s: %w", FlagObserver, r.choice.Kind, err)
-	}
-	route := "no Ingress routes to it"
-	if t.ingress != nil {
-		route = "Ingress " + t.ingress.Name
 	}
 	r.report(Progress{Phase: "setup", Message: fmt.Sprintf("deployment %s: Service %s, %s; observer %s", t.deployment.Name, t.service.Name, route, r.choice)})
 
@@ -126,11 +152,16 @@ func (r *runner) measureTarget(ctx context.Context, g *errgroup.Group, sink Sink
 	for _, s := range t.services {
 		h.Target.Services = append(h.Target.Services, s.Name)
 	}
-	if t.ingress != nil {
+	switch {
+	case t.ingress != nil:
 		h.Target.Route = "Ingress/" + t.ingress.Name
 		if c := t.ingress.Spec.IngressClassName; c != nil && h.Ingress.Class == "" {
 			h.Ingress.Class = *c
 		}
+	case t.httpRoute != nil:
+		h.Target.Route = "HTTPRoute/" + t.httpRoute.GetName()
+		h.Route = results.Route{Kind: results.RouteKindHTTPRoute, Gateway: r.gateway.Ref.String(),
+			GatewayClass: r.gateway.Class, Controller: r.gateway.Controller}
 	}
 	version := ""
 	if v, ok := r.obs.(upstream.Versioner); ok {

@@ -84,6 +84,17 @@ func workloadFlags() []cli.Flag {
 // workloadParams turns the workload flags into deploy.Params for the run's
 // namespace and workload name.
 func workloadParams(c *cli.Context, namespace, name string) (deploy.Params, error) {
+	p, err := workloadFlagsRead(c, namespace, name)
+	if err != nil {
+		return p, err
+	}
+	return p, p.Validate()
+}
+
+// workloadFlagsRead is workloadParams without checking the workload as a
+// whole: measure --target renders no probe workload (its Gateway, for one,
+// is the team's route's parent, not --gateway).
+func workloadFlagsRead(c *cli.Context, namespace, name string) (deploy.Params, error) {
 	replicas := c.Int(measure.FlagReplicas)
 	if replicas < 1 || replicas > 1000 {
 		return deploy.Params{}, fmt.Errorf("--%s (%d) must be 1-1000", measure.FlagReplicas, replicas)
@@ -126,7 +137,7 @@ func workloadParams(c *cli.Context, namespace, name string) (deploy.Params, erro
 		}
 		p.Labels[k] = v
 	}
-	return p, p.Validate()
+	return p, nil
 }
 
 func manifestsCommand() *cli.Command {

@@ -158,8 +158,14 @@ const defaultTrials = 59
 
 // measureConfig turns flags into a typed, validated measure.Config.
 func measureConfig(c *cli.Context) (measure.Config, error) {
-	// The workload flags are read as manifests reads them.
-	wp, err := workloadParams(c, "epwindow", "probe")
+	// The workload flags are read as manifests reads them; --target renders
+	// no probe workload, so only the flags are read (cfg.Validate checks
+	// what applies to it).
+	read := workloadParams
+	if c.String(measure.FlagTarget) != "" {
+		read = workloadFlagsRead
+	}
+	wp, err := read(c, "epwindow", "probe")
 	if err != nil {
 		return measure.Config{}, err
 	}

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -59,49 +58,10 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// createApp makes the team's namespace, Deployment (3 replicas of the
-// probe as a fast-exiting app: it closes its listener at SIGTERM; no
-// preStop), Service and Ingress. Its readiness probe is exec: an HTTP one
-// would connect to the app's port from the node's address, which on the
-// local cluster is also Skipper's (both run on the machine), and the
-// kubelet's probes would then count as traffic.
+// createApp makes the team's app (3 replicas of the probe as a
+// fast-exiting app, no preStop: e2etest.TeamApp) and an Ingress to it.
 func createApp(ctx context.Context, c *localcluster.Cluster) error {
-	replicas := int32(3)
-	labels := map[string]string{"app": app}
-	grace := int64(20)
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: &grace,
-					Containers: []corev1.Container{{
-						Name: "app",
-						// The local node agent runs command[0] from bin/ and
-						// ignores the image; the API server requires one.
-						Image:   deploy.DefaultImage,
-						Command: []string{"epwindow", "probe", "--listen=:8080", "--exit-on-sigterm"},
-						Env:     []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
-						Ports:   []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
-						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}},
-							PeriodSeconds: 1},
-					}},
-				},
-			},
-		},
-	}
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}, Spec: corev1.ServiceSpec{Selector: labels,
-		Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
-	if _, err := c.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	if err := (e2etest.TeamApp{Namespace: ns, Name: app, Replicas: 3}).Create(ctx, c.Client); err != nil {
 		return err
 	}
 	class, prefix := e2etest.IngressClass, networkingv1.PathTypePrefix
