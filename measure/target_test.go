@@ -21,6 +21,7 @@ import (
 
 	"github.com/epwindow/epwindow/deploy"
 	"github.com/epwindow/epwindow/measure/load"
+	"github.com/epwindow/epwindow/measure/upstream"
 	"github.com/epwindow/epwindow/results"
 	"github.com/epwindow/epwindow/sidecar"
 )
@@ -368,5 +369,27 @@ func TestFindTargetHTTPRoute(t *testing.T) {
 	if _, err := findTargetRoute(ctx, c, dyn, "team", TargetOptions{Deployment: "app"}, "", RouteHTTPRoute, GatewayRef{Namespace: "infra", Name: "nope"}); err == nil ||
 		!strings.Contains(err.Error(), "no HTTPRoute") {
 		t.Errorf("a Gateway no route of the Service attaches to: %v, want an error saying so", err)
+	}
+}
+
+// A Deployment no Ingress routes to, with --observer auto, is refused
+// before anything is patched: nothing picks the controller, nothing says
+// the load reaches it. Named with --observer, it is measured.
+func TestTargetWithoutARoute(t *testing.T) {
+	two := int32(2)
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team"},
+		Spec: appsv1.DeploymentSpec{Replicas: &two, Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "app"}}}}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team"}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "app"},
+		Ports: []corev1.ServicePort{{Port: 80}}}}
+	c := fake.NewClientset(d, svc)
+	r := &runner{cfg: Config{Client: c, Namespace: "team", Observer: upstream.KindAuto, Route: RouteIngress,
+		Target: TargetOptions{Deployment: "app"}, Clock: clocktesting.NewFakeClock(time.Now())}, progress: func(Progress) {}}
+	err := runTarget(context.Background(), r, nil, "v1.37.2")
+	var fe *FlagError
+	if !errors.As(err, &fe) || fe.Flag != FlagObserver || !strings.Contains(err.Error(), "no Ingress") {
+		t.Fatalf("runTarget: %v, want a --observer error saying no Ingress routes to it", err)
+	}
+	if got, _ := c.AppsV1().Deployments("team").Get(context.Background(), "app", metav1.GetOptions{}); got.Spec.Template.Annotations != nil {
+		t.Errorf("the refused run patched the Deployment: %v", got.Spec.Template.Annotations)
 	}
 }

@@ -47,6 +47,13 @@ func runTarget(ctx context.Context, r *runner, sink Sink, serverVersion string) 
 	if err != nil {
 		return err
 	}
+	if t.ingress == nil && t.httpRoute == nil && cfg.Observer == upstream.KindAuto {
+		// Nothing to pick the controller by, and nothing says the load
+		// reaches these pods.
+		return &FlagError{Flag: FlagObserver, Value: upstream.KindAuto, Err: fmt.Errorf(
+			"deployment %s/%s: no Ingress in %s sends to its Services (%s): with an HTTPRoute, add --%s %s; for a route the tool cannot read (a cloud load balancer), name --%s (none, or the controller with --observer-url) and --%s",
+			r.ns, t.deployment.Name, r.ns, serviceNames(t.services), FlagRoute, RouteHTTPRoute, FlagObserver, FlagURL)}
+	}
 	r.target = t
 	if r.cfg.Host == "" && t.httpRoute != nil {
 		// The route's first hostname, so that the Gateway's listener

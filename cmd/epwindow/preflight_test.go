@@ -118,3 +118,53 @@ func TestPreflightGateway(t *testing.T) {
 		})
 	}
 }
+
+// measure --target's preflight checks deploy/rbac/target's verbs in the
+// Deployment's namespace and names every missing one (exit 5) before the
+// Deployment is patched.
+func TestPreflightTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		denied map[string]bool // "verb resource/subresource"
+		code   int
+	}{
+		{"all granted", nil, exitOK},
+		{"no evictions, no patch", map[string]bool{"create pods/eviction": true, "patch deployments": true}, exitForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			var reviewed []string
+			cs.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview).DeepCopy()
+				ra := r.Spec.ResourceAttributes
+				key := ra.Verb + " " + ra.Resource
+				if ra.Subresource != "" {
+					key += "/" + ra.Subresource
+				}
+				reviewed = append(reviewed, key+" "+ra.Namespace)
+				r.Status.Allowed = !tc.denied[key]
+				return true, r, nil
+			})
+			cfg := measure.Config{Client: cs, RESTConfig: &rest.Config{Host: "https://cluster.example"}, Namespace: "team",
+				Target: measure.TargetOptions{Deployment: "web"}, Rate: 0}
+			code, err := preflight(context.Background(), cfg)
+			if code != tc.code {
+				t.Fatalf("exit code %d, want %d (err %v)", code, tc.code, err)
+			}
+			for k := range tc.denied {
+				if err == nil || !strings.Contains(err.Error(), strings.Split(k, " ")[1]) || !strings.Contains(err.Error(), "deploy/rbac/target") {
+					t.Errorf("error %v: want it to name %s and deploy/rbac/target", err, k)
+				}
+			}
+			got := strings.Join(reviewed, ", ")
+			for _, want := range []string{"create pods/eviction team", "patch deployments team", "get pods/proxy team", "list services team"} {
+				if !strings.Contains(got, want) {
+					t.Errorf("permissions checked: %s; want %q", got, want)
+				}
+			}
+			if strings.Contains(got, "create deployments") || strings.Contains(got, "create namespaces") {
+				t.Errorf("a --target run was checked for the probe workload's creates: %s", got)
+			}
+		})
+	}
+}
