@@ -392,12 +392,22 @@ func textReport(s *Summary, width int) Reporter {
 			table("stage to stage", d.Deltas, false)
 		}
 		e.printf("\n")
-		e.printf("%s\n", fitProse("window = max(last_accept, last_request) − T0; ± is the largest error bound of a sample; ≥ marks a floor from trials cut at the hold.", lineWidth))
+		floors := "trials cut at the hold"
+		if d.InvalidReasons[ReasonListenerClosed] > 0 {
+			floors = "trials cut at the hold or at listener_closed (the app stopped listening while routed to)"
+		}
+		e.printf("%s\n", fitProse("window = max(last_accept, last_request) − T0; ± is the largest error bound of a sample; ≥ marks a floor from "+floors+".", lineWidth))
 		if l := maxLegend(d); l != "" {
 			e.printf("%s\n", fitProse(l, lineWidth))
 		}
 		e.printf("%s\n", fitProse(boundLegend(d), lineWidth))
-		e.printf("client failures: valid trials %s; all trials %s\n", failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
+		if h := s.Header; h != nil && h.Target != nil && h.Rate == 0 {
+			// measure --target --rate 0: the app's own clients, whose
+			// failures this run cannot see: never "none".
+			e.printf("%s\n", fitProse("client failures: not known — the run sent no load (--rate 0: the app's own traffic); its clients' failures are theirs to count", lineWidth))
+		} else {
+			e.printf("client failures: valid trials %s; all trials %s\n", failuresLine(d.ClientFailures), failuresLine(d.ClientFailuresAll))
+		}
 		for _, l := range s.grpcFailureLines() {
 			e.printf("%s\n", l)
 		}

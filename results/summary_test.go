@@ -270,3 +270,22 @@ func slowedObserver(trials []*Record, worst time.Duration) []*Record {
 	}
 	return trials
 }
+
+// A --target run under the app's own traffic (--rate 0) sent no load: its
+// report never says the clients had no failures.
+func TestTargetWithoutLoadSaysFailuresUnknown(t *testing.T) {
+	h := &Header{Target: &Target{Kind: "Deployment", Namespace: "team", Name: "web", Witness: "sidecar"}}
+	s := NewSummary(h, Options{})
+	for _, r := range sidecarTrials([]*Record{trial(1, -1, time.Second), trial(2, -1, 2*time.Second)}) {
+		s.Add(r)
+	}
+	s.Close()
+	var buf bytes.Buffer
+	if err := NewTextReporter(s)(&buf); err != nil {
+		t.Fatal(err)
+	}
+	flat := strings.Join(strings.Fields(buf.String()), " ")
+	if !strings.Contains(flat, "client failures: not known") || strings.Contains(flat, "all trials none") {
+		t.Errorf("report of a --rate 0 run:\n%s\nwant the client failures said unknown, never none", buf.String())
+	}
+}

@@ -13,11 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -37,11 +39,6 @@ import (
 // routed for up to one poll after its slice says not ready (Skipper
 // rebuilds its routes once per poll: zalando/skipper dataclients/kubernetes).
 const ingressPoll = time.Second
-
-// preStop is the team's preStop sleep in the second run: well beyond
-// Skipper's poll plus the EndpointSlice controller's latency, so every
-// window falls inside it.
-const preStop = 4 * time.Second
 
 const (
 	ns   = "team"
@@ -130,8 +127,11 @@ func measureTarget(t *testing.T, trials int, route ...string) (int, *results.Fil
 		route = []string{"--url", cluster.IngressURL, "--observer", "skipper", "--observer-url", cluster.RoutesURL, "--observer-interval", "200ms"}
 	}
 	args := append([]string{"measure", "--kubeconfig", cluster.Kubeconfig, "--target", "deployment/" + app, "--namespace", ns}, route...)
+	if !slices.Contains(route, "--rate") {
+		args = append(args, "--rate", "100")
+	}
 	cmd := exec.Command(e2etest.Bin(t), append(args,
-		"--rate", "100", "--trials", fmt.Sprint(trials), "--trial-jitter", "1s", "--settle-timeout", "2m", "--out", out)...)
+		"--trials", fmt.Sprint(trials), "--trial-jitter", "1s", "--settle-timeout", "2m", "--out", out)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	code := e2etest.ExitCode(cmd.Run())
@@ -166,17 +166,24 @@ func checkRolledBack(t *testing.T, ctx context.Context) {
 	}
 }
 
-// Three runs of 3 trials: 3 because the point is each trial's outcome and
-// its agreement with the probe's record, not a distribution; each trial
-// costs about Skipper's poll (or the preStop) and a replacement's start,
-// each run two rollouts (the sidecar in and out) of 3 replicas.
+// Two runs of 3 trials and three of 2: few, because the point is each
+// trial's outcome and its agreement with the probe's record, not a
+// distribution; each trial costs about Skipper's poll (or the preStop) and
+// a replacement's start, each run two rollouts (the sidecar in and out) of
+// 3 replicas: about 4 minutes in all.
 func TestTargetDeployment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	pr := watchPods(t, ctx)
 
+	// The preStop the first run recommends, applied in the second.
+	recommended := time.Duration(0)
 	t.Run("no preStop: trials cut at listener_closed, failures counted", func(t *testing.T) {
 		_, f := measureTarget(t, 3)
+		if rec := results.Summarize(f, results.Options{}).Doc().Recommendation; rec != nil {
+			recommended = time.Duration(rec.PreStopSeconds) * time.Second
+			t.Logf("recommended preStop %s (a floor: %v)", recommended, rec.LowerBound())
+		}
 		checkRolledBack(t, ctx)
 		if f.Header == nil || f.Header.Target == nil || f.Header.Target.Name != app || f.Header.Mode != "evict" {
 			t.Fatalf("header %+v: want the target Deployment and mode evict", f.Header)
@@ -202,8 +209,14 @@ func TestTargetDeployment(t *testing.T) {
 		}
 	})
 
-	t.Run("preStop sleep: windows inside it, the sidecar agrees with the probe", func(t *testing.T) {
-		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"app","lifecycle":{"preStop":{"sleep":{"seconds":%d}}}}]}}}}`, int(preStop.Seconds()))
+	// The number the tool gave, applied: its floor from censored trials
+	// (the largest listener_closed, a few tens of ms, plus the 1 s margin),
+	// at least a second more than Skipper's poll here, so the windows fit.
+	t.Run("the recommended preStop: windows inside it, the sidecar agrees with the probe", func(t *testing.T) {
+		if recommended <= 0 {
+			t.Fatal("the first run recommended no preStop")
+		}
+		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"app","lifecycle":{"preStop":{"sleep":{"seconds":%d}}}}]}}}}`, int(recommended.Seconds()))
 		if _, err := cluster.Client.AppsV1().Deployments(ns).Patch(ctx, app, "application/strategic-merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -215,8 +228,8 @@ func TestTargetDeployment(t *testing.T) {
 		for _, r := range f.Trials {
 			w, ok := r.Window()
 			t.Logf("trial %d pod %s: window %v, failures %v, reasons %s", r.Trial, r.Pod, w, r.ClientFailures, r.InvalidReason())
-			if !r.Valid || !ok || w <= 0 || w >= preStop {
-				t.Errorf("trial %d: valid %v, window %v; want a valid window inside the %s preStop", r.Trial, r.Valid, w, preStop)
+			if !r.Valid || !ok || w <= 0 || w >= recommended {
+				t.Errorf("trial %d: valid %v, window %v; want a valid window inside the %s preStop", r.Trial, r.Valid, w, recommended)
 			}
 			if len(r.ClientFailures) > 0 {
 				t.Errorf("trial %d: failures %v behind a preStop that covers the window", r.Trial, r.ClientFailures)
@@ -225,24 +238,61 @@ func TestTargetDeployment(t *testing.T) {
 		}
 	})
 
-	// kube-proxy pins a kept-alive connection to its pod: it goes on
-	// carrying requests to the evicted pod until the app closes it at
-	// SIGTERM, after the preStop, so the window is the preStop and the
-	// requests then fail (the trial censored). The point is the sidecar's
-	// last_request on a connection that stays open, against the probe's.
-	t.Run("through the ClusterIP, keep-alive: the sidecar agrees with the probe", func(t *testing.T) {
-		svc, err := cluster.Client.CoreV1().Services(ns).Get(ctx, app, metav1.GetOptions{})
-		if err != nil {
+	// The other paths and connection reuse, two trials each, checked only
+	// against the probe (their windows are the paths' own). Through the
+	// ClusterIP with --keepalive kube-proxy pins a connection to its pod:
+	// it goes on carrying requests to the evicted pod until the app closes
+	// it at SIGTERM, after the preStop, so the window is the preStop; the
+	// point is the sidecar's last_request on a connection that stays open.
+	svc, err := cluster.Client.CoreV1().Services(ns).Get(ctx, app, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterIP := []string{"--url", "http://" + svc.Spec.ClusterIP + ":80", "--observer", "none"}
+	skipper := []string{"--url", cluster.IngressURL, "--observer", "skipper", "--observer-url", cluster.RoutesURL, "--observer-interval", "200ms"}
+	// --rate 0: the app's own clients, here an epwindow load of its own
+	// through Skipper that the run knows nothing of. The window comes from
+	// the sidecar alone; the run sends nothing and counts no failure.
+	t.Run("under the app's own traffic (--rate 0): the sidecar agrees with the probe", func(t *testing.T) {
+		clients := exec.CommandContext(ctx, e2etest.Bin(t), "load", "--url", cluster.IngressURL, "--host", host, "--rate", "50",
+			"--deadline", "5m", "--stats-listen", "127.0.0.1:0")
+		if err := clients.Start(); err != nil {
 			t.Fatal(err)
 		}
-		_, f := measureTarget(t, 3, "--url", "http://"+svc.Spec.ClusterIP+":80", "--observer", "none", "--keepalive")
+		defer func() { _ = clients.Process.Kill(); _ = clients.Wait() }()
+		_, f := measureTarget(t, 2, "--observer", "skipper", "--observer-url", cluster.RoutesURL, "--observer-interval", "200ms", "--rate", "0")
 		checkRolledBack(t, ctx)
+		if f.Header == nil || f.Header.Rate != 0 {
+			t.Fatalf("header %+v: want rate 0", f.Header)
+		}
 		for _, r := range f.Trials {
 			w, ok := r.Window()
-			t.Logf("trial %d pod %s: window %v %v, failures %v, reasons %s", r.Trial, r.Pod, w, ok, r.ClientFailures, r.InvalidReason())
+			t.Logf("trial %d pod %s: window %v %v, reasons %s", r.Trial, r.Pod, w, ok, r.InvalidReason())
+			if len(r.ClientFailures) > 0 {
+				t.Errorf("trial %d: failures %v from a run that sent nothing", r.Trial, r.ClientFailures)
+			}
 			checkAgainstProbe(t, pr, r)
 		}
 	})
+
+	for _, tc := range []struct {
+		name  string
+		route []string
+	}{
+		{"through Skipper, keep-alive", append(slices.Clone(skipper), "--keepalive")},
+		{"through the ClusterIP, a new connection per request", clusterIP},
+		{"through the ClusterIP, keep-alive", append(slices.Clone(clusterIP), "--keepalive")},
+	} {
+		t.Run(tc.name+": the sidecar agrees with the probe", func(t *testing.T) {
+			_, f := measureTarget(t, 2, tc.route...)
+			checkRolledBack(t, ctx)
+			for _, r := range f.Trials {
+				w, ok := r.Window()
+				t.Logf("trial %d pod %s: window %v %v, failures %v, reasons %s", r.Trial, r.Pod, w, ok, r.ClientFailures, r.InvalidReason())
+				checkAgainstProbe(t, pr, r)
+			}
+		})
+	}
 }
 
 // checkAgainstProbe compares the sidecar's stamps with the probe's own, on
@@ -392,6 +442,20 @@ func TestTargetBadInputLeavesNothing(t *testing.T) {
 		waitRolledOut(t, ctx)
 	})
 
+	t.Run("an admission policy that refuses the sidecar", func(t *testing.T) {
+		denySidecar(t, ctx)
+		before := templateOf(t, ctx)
+		code, out := runCLI(t, targetArgs(t, app)...)
+		// Refused by admission, not for a missing permission: a failed run
+		// (README's exit 1), the policy's own message in the error.
+		if code != 1 || !strings.Contains(out, "admission policy") || !strings.Contains(out, "no epwindow sidecar in this namespace") {
+			t.Errorf("exit %d, want 1 naming the admission policy and its message", code)
+		}
+		if after := templateOf(t, ctx); after != before {
+			t.Errorf("the refused run changed the Deployment's template")
+		}
+	})
+
 	t.Run("a PodDisruptionBudget that allows no eviction", func(t *testing.T) {
 		three := intstr.FromInt32(3)
 		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "all", Namespace: ns},
@@ -457,6 +521,61 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// denySidecar installs a ValidatingAdmissionPolicy that refuses the
+// sidecar in the team's Deployments, as a platform may, and removes it when
+// the test ends. A new policy takes a moment to be enforced: it waits until
+// a dry-run patch with the sidecar is refused.
+func denySidecar(t *testing.T, ctx context.Context) {
+	t.Helper()
+	a := cluster.Client.AdmissionregistrationV1()
+	deny := admissionregistrationv1.Deny
+	fail := admissionregistrationv1.Fail
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "no-sidecars"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}}}}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "!has(object.spec.template.spec.initContainers) || object.spec.template.spec.initContainers.all(c, c.name != '" + deploy.SidecarContainerName + "')",
+				Message:    "no epwindow sidecar in this namespace"}},
+		}}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "no-sidecars"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "no-sidecars",
+			ValidationActions: []admissionregistrationv1.ValidationAction{deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}}}
+	if _, err := a.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	probe := fmt.Sprintf(`{"spec":{"template":{"spec":{"initContainers":[{"name":%q,"image":"x","restartPolicy":"Always"}]}}}}`, deploy.SidecarContainerName)
+	// refused waits until a dry-run patch with the sidecar is refused
+	// (want true) or accepted: the policy's informer follows its changes.
+	refused := func(want bool) {
+		for {
+			_, err := cluster.Client.AppsV1().Deployments(ns).Patch(ctx, app, types.StrategicMergePatchType, []byte(probe),
+				metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+			if (err != nil) == want {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the admission policy never came to refuse=%v: %v", want, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	t.Cleanup(func() {
+		_ = a.ValidatingAdmissionPolicyBindings().Delete(context.Background(), "no-sidecars", metav1.DeleteOptions{})
+		_ = a.ValidatingAdmissionPolicies().Delete(context.Background(), "no-sidecars", metav1.DeleteOptions{})
+		refused(false)
+	})
+	refused(true)
 }
 
 func patchApp(t *testing.T, ctx context.Context, patch []byte) {
