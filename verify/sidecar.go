@@ -409,6 +409,10 @@ func lastTraffic(tl *sidecar.Timeline, hostIP string) (last *time.Time, withKube
 		later(tl.LastRequest)
 		withKubelet = true
 	}
+	// Connections no dump saw (opened and gone between two polls: a proxy
+	// that closes first leaves no TIME_WAIT on the pod's side) have no
+	// peer, but the poll that counted them bounds when (docs/sidecar.md).
+	later(tl.LastUnseen)
 	return last, withKubelet
 }
 

@@ -117,6 +117,11 @@ func TestPodWindow(t *testing.T) {
 			p.sidecar.final.PeersOverflow = 4
 			p.sidecar.final.LastAccept = ptr(at(2600).Add(offset))
 		}), 0, ms(1600), "", SourceTermination, ""},
+		// A connection no dump saw, counted by the poll at 2500 ms: the
+		// window reaches that poll.
+		{"an unseen connection counts", with(func(p *podState) {
+			p.sidecar.final.LastUnseen = ptr(at(2500).Add(offset))
+		}), 0, ms(1500), "", SourceTermination, ""},
 		{"unreadable: proxy refused, no termination message", with(func(p *podState) {
 			p.sidecar = sidecarState{err: "pods \"web-1\" is forbidden", tried: at(1500)}
 		}), 0, nil, "", "", "forbidden"},
