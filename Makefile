@@ -185,7 +185,7 @@ UNIT := $$($(GO) list ./... | grep -v /e2e)
 # of it the CronJob's minutes and the alert rules' `for`) barely uses a
 # core, so with -p 3 it runs beside two busy packages. Times: the table
 # make test prints, and docs/benchmarks.md.
-E2E_LONGEST := ./monitor/e2e ./verify/e2e ./measure/e2e ./measure/e2e/faults ./measure/e2e/rerun ./measure/e2e/scale
+E2E_LONGEST := ./monitor/e2e ./measure/e2e/target ./verify/e2e ./measure/e2e/faults ./measure/e2e/scale ./measure/e2e/rerun ./measure/e2e
 E2E  := $(E2E_LONGEST) $$($(GO) list ./... | grep /e2e)
 # The e2e phases' flags; make test-e2e runs one package with them.
 E2E_FLAGS       := -race -p 3 -count=1 -timeout 40m
