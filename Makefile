@@ -186,7 +186,14 @@ UNIT := $$($(GO) list ./... | grep -v /e2e)
 # core, so with -p 3 it runs beside two busy packages. Times: the table
 # make test prints, and docs/benchmarks.md.
 E2E_LONGEST := ./monitor/e2e ./measure/e2e/target ./verify/e2e ./measure/e2e/faults ./measure/e2e/scale ./measure/e2e/rerun ./measure/e2e
-E2E  := $(E2E_LONGEST) $$($(GO) list ./... | grep /e2e)
+# E2E_ALONE run one at a time after the others: their ground truth bounds
+# Traefik's reaction by its throttle, a poll and a slack derived for this
+# 2-core machine with the churn, the probe and the load running (slack in
+# measure/e2e/traefik/traefik.go); beside two other packages' clusters one
+# trial in 8 came 62 ms over it (2026-12-07, the third of three runs). The
+# bound stays; the contention it was not derived for goes.
+E2E_ALONE := ./measure/e2e/traefik ./measure/e2e/traefik/slow
+E2E  := $(E2E_LONGEST) $$($(GO) list ./... | grep /e2e | grep -v -e '/measure/e2e/traefik$$' -e '/measure/e2e/traefik/slow$$')
 # The e2e phases' flags; make test-e2e runs one package with them.
 E2E_FLAGS       := -race -p 3 -count=1 -timeout 40m
 LOCAL_E2E_FLAGS := -race -p 2 -count=1 -timeout 30m
@@ -216,6 +223,7 @@ test: deps $(BIN)/testtimes
 	@$(T) local-unit sh -c 'cd deploy/local && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(call TT,local-unit) $(GO) test -json -trimpath -count=1 $(LOCAL_NORACE_PKGS)'
 	@$(T) check-fresh hack/check-fresh.sh
 	@$(T) e2e $(call TT,e2e) $(GO) test -json $(E2E_FLAGS) $(E2E)
+	@$(T) e2e-alone $(call TT,e2e-alone) $(GO) test -json -race -p 1 -count=1 -timeout 20m $(E2E_ALONE)
 	@$(T) local-e2e sh -c 'cd deploy/local && $(call TT,local-e2e) $(GO) test -json $(LOCAL_E2E_FLAGS) $(LOCAL_TEST_PKGS)'
 	@$(BIN)/testtimes summary $(TEST_JSON)/*.json
 	@hack/timed.sh --table $(PHASES)
