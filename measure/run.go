@@ -196,16 +196,11 @@ func Run(ctx context.Context, cfg Config, sink Sink, progress func(Progress)) (e
 
 	// The observer is built before anything is created, so a wrong
 	// --observer or an unreachable controller fails with nothing to undo.
-	r.obs, r.choice, err = upstream.New(ctx, cfg.Observer, upstream.Deps{Client: cfg.Client, Config: cfg.RESTConfig, Clock: cfg.Clock},
-		target, obsOpts)
+	closeObserver, err := r.openObserver(ctx, target, obsOpts)
 	if err != nil {
-		return fmt.Errorf("--%s %s: %w", FlagObserver, cfg.Observer, err)
+		return err
 	}
-	closeObserver := sync.OnceValue(r.obs.Close)
 	defer closeObserver()
-	if err := upstream.Preflight(ctx, r.obs); err != nil {
-		return fmt.Errorf("--%s %s: %w", FlagObserver, r.choice.Kind, err)
-	}
 	r.report(Progress{Phase: "setup", Message: "observer " + r.choice.String()})
 	if cfg.DNS {
 		closeDNS, err := r.buildDNS(ctx)
@@ -260,6 +255,25 @@ func (r *runner) inBackground(ctx context.Context, closeObserver func() error, m
 		return errors.Join(runErr, cause)
 	}
 	return nil
+}
+
+// openObserver builds the --observer for target and asks it once (its
+// preflight): the caller closes it with the returned function, which may be
+// called more than once.
+func (r *runner) openObserver(ctx context.Context, target upstream.Target, opts upstream.Options) (func() error, error) {
+	cfg := r.cfg
+	var err error
+	r.obs, r.choice, err = upstream.New(ctx, cfg.Observer, upstream.Deps{Client: cfg.Client, Config: cfg.RESTConfig, Clock: cfg.Clock},
+		target, opts)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", FlagObserver, cfg.Observer, err)
+	}
+	closeObserver := sync.OnceValue(r.obs.Close)
+	if err := upstream.Preflight(ctx, r.obs); err != nil {
+		_ = closeObserver()
+		return nil, fmt.Errorf("--%s %s: %w", FlagObserver, r.choice.Kind, err)
+	}
+	return closeObserver, nil
 }
 
 // errMeasured stops the run's background loops once the trials are done.

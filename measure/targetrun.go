@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -93,16 +92,11 @@ func runTarget(ctx context.Context, r *runner, sink Sink, serverVersion string) 
 		obsOpts.GatewayClass, obsOpts.GatewayController = r.gateway.Class, r.gateway.Controller
 		tgt.Route, route = t.httpRoute.GetName(), "HTTPRoute "+t.httpRoute.GetName()+" on "+r.gateway.String()
 	}
-	r.obs, r.choice, err = upstream.New(ctx, cfg.Observer, upstream.Deps{Client: cfg.Client, Config: cfg.RESTConfig, Clock: cfg.Clock},
-		tgt, obsOpts)
+	closeObserver, err := r.openObserver(ctx, tgt, obsOpts)
 	if err != nil {
-		return fmt.Errorf("--%s %s: %w", FlagObserver, cfg.Observer, err)
+		return err
 	}
-	closeObserver := sync.OnceValue(r.obs.Close)
 	defer closeObserver()
-	if err := upstream.Preflight(ctx, r.obs); err != nil {
-		return fmt.Errorf("--%s %s: %w", FlagObserver, r.choice.Kind, err)
-	}
 	r.report(Progress{Phase: "setup", Message: fmt.Sprintf("deployment %s: Service %s, %s; observer %s", t.deployment.Name, t.service.Name, route, r.choice)})
 
 	defer func() {
@@ -346,6 +340,9 @@ func (r *runner) followSidecar(ctx context.Context, in trialInput, uid types.UID
 	var tl *sidecar.Timeline
 	var tlErr error
 	grace := r.targetGrace()
+	// The port the observer lists the address with, read once: the slices
+	// still hold the address as the trial begins.
+	addrPort := netip.AddrPortFrom(in.addr, r.trackedPort())
 	deadline := cfg.Clock.NewTimer(grace + 30*time.Second)
 	defer deadline.Stop()
 	tick := cfg.Clock.NewTicker(timelineEvery)
@@ -360,7 +357,7 @@ wait:
 				tlErr = err
 			}
 		}
-		stage, _, removed := r.releaseState(in, uid, netip.AddrPortFrom(in.addr, r.trackedPort()))
+		stage, _, removed := r.releaseState(in, uid, addrPort)
 		r.report(Progress{Phase: "trial", Trial: in.trial, Stage: stage})
 		if !s.podDeleted.IsZero() && !s.sliceRemoved.IsZero() && removed {
 			break
@@ -377,7 +374,6 @@ wait:
 		}
 	}
 	end := cfg.Clock.Now()
-	addrPort := netip.AddrPortFrom(in.addr, r.trackedPort())
 	in.watch = r.watch.end(uid)
 	in.removals = r.tracker.Removals(addrPort)
 	r.tracker.Forget(addrPort)
