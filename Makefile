@@ -197,6 +197,11 @@ E2E  := $(E2E_LONGEST) $$($(GO) list ./... | grep /e2e | grep -v -e '/measure/e2
 # The e2e phases' flags; make test-e2e runs one package with them.
 E2E_FLAGS       := -race -p 3 -count=1 -timeout 40m
 LOCAL_E2E_FLAGS := -race -p 2 -count=1 -timeout 30m
+# The three e2e phases' commands: make test runs each once, make
+# test-e2e-phases RUNS times.
+E2E_CMD       = $(GO) test -json $(E2E_FLAGS) $(E2E)
+E2E_ALONE_CMD = $(GO) test -json -race -p 1 -count=1 -timeout 20m $(E2E_ALONE)
+LOCAL_E2E_CMD = $(GO) test -json $(LOCAL_E2E_FLAGS) $(LOCAL_TEST_PKGS)
 PHASES := $(BIN)/test-phases.txt
 T := hack/timed.sh $(PHASES)
 # Each go test runs with -json through bin/testtimes (hack/testtimes),
@@ -222,9 +227,9 @@ test: deps $(BIN)/testtimes
 	@$(T) cluster $(MAKE) --no-print-directory -j2 cluster
 	@$(T) local-unit sh -c 'cd deploy/local && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(call TT,local-unit) $(GO) test -json -trimpath -count=1 $(LOCAL_NORACE_PKGS)'
 	@$(T) check-fresh hack/check-fresh.sh
-	@$(T) e2e $(call TT,e2e) $(GO) test -json $(E2E_FLAGS) $(E2E)
-	@$(T) e2e-alone $(call TT,e2e-alone) $(GO) test -json -race -p 1 -count=1 -timeout 20m $(E2E_ALONE)
-	@$(T) local-e2e sh -c 'cd deploy/local && $(call TT,local-e2e) $(GO) test -json $(LOCAL_E2E_FLAGS) $(LOCAL_TEST_PKGS)'
+	@$(T) e2e $(call TT,e2e) $(E2E_CMD)
+	@$(T) e2e-alone $(call TT,e2e-alone) $(E2E_ALONE_CMD)
+	@$(T) local-e2e sh -c 'cd deploy/local && $(call TT,local-e2e) $(LOCAL_E2E_CMD)'
 	@$(BIN)/testtimes summary $(TEST_JSON)/*.json
 	@hack/timed.sh --table $(PHASES)
 
@@ -244,6 +249,29 @@ test-e2e: deps $(BIN)/testtimes
 	*) $(call TT,test-e2e) $(GO) test -json $(E2E_FLAGS) $$p ;; \
 	esac
 	@$(BIN)/testtimes summary $(TEST_JSON)/test-e2e.json
+
+# test-e2e-phases runs make test's three e2e phases (e2e, e2e-alone,
+# local-e2e) RUNS times in a row, every run to the end even when one fails,
+# so that flakiness is counted rather than guessed: make test-e2e-phases
+# RUNS=3. Each run's streams are $(TEST_JSON)/runN-PHASE.json; at the end it
+# prints each run's per-package table and every phase's time and status,
+# and fails when any phase of any run failed.
+RUNS ?= 1
+E2E_RUNS := $(BIN)/test-e2e-runs.txt
+.PHONY: test-e2e-phases
+test-e2e-phases: deps $(BIN)/testtimes
+	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory -j2 cluster
+	@mkdir -p $(TEST_JSON) && rm -f $(E2E_RUNS) $(TEST_JSON)/run[0-9]*-*.json
+	@export TIMED_TITLE="e2e phases so far"; for i in $$(seq 1 $(RUNS)); do \
+		echo "==> e2e phases, run $$i of $(RUNS), $$(date +%T)"; \
+		hack/timed.sh $(E2E_RUNS) run$$i-e2e $(call TT,run$$i-e2e) $(E2E_CMD); \
+		hack/timed.sh $(E2E_RUNS) run$$i-e2e-alone $(call TT,run$$i-e2e-alone) $(E2E_ALONE_CMD); \
+		hack/timed.sh $(E2E_RUNS) run$$i-local-e2e sh -c 'cd deploy/local && $(call TT,run'$$i'-local-e2e) $(LOCAL_E2E_CMD)'; \
+	done; \
+	for i in $$(seq 1 $(RUNS)); do echo "run $$i:"; $(BIN)/testtimes summary $(TEST_JSON)/run$$i-*.json; done; \
+	TIMED_TITLE='e2e phases, every run' hack/timed.sh --table $(E2E_RUNS); \
+	! awk '$$3 != 0 { bad = 1 } END { exit !bad }' $(E2E_RUNS)
 
 # bench prints the figures from one run on this machine:
 # the load generator against vegeta at equal rate and connections

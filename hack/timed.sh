@@ -2,7 +2,8 @@
 # hack/timed.sh FILE NAME CMD...: run CMD, append "NAME SECONDS STATUS" to
 # FILE, and exit with CMD's status; on failure, print the table so far.
 # hack/timed.sh --table FILE prints the table: one row per phase, and the
-# total. make test uses it to show where its time goes.
+# total, under the heading $TIMED_TITLE (default "make test phases"). make
+# test uses it to show where its time goes.
 set -uo pipefail
 
 table() {
@@ -11,7 +12,7 @@ table() {
 }
 
 if [ "${1:-}" = --table ]; then
-	echo "make test phases:"
+	echo "${TIMED_TITLE:-make test phases}:"
 	table "$2"
 	exit 0
 fi
@@ -23,7 +24,7 @@ status=$?
 end=$(date +%s.%N)
 echo "$name $(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }') $status" >>"$file"
 if [ "$status" != 0 ]; then
-	echo "make test phases (stopped at $name):"
+	echo "${TIMED_TITLE:-make test phases} ($name failed):"
 	table "$file"
 fi
 exit "$status"
