@@ -151,10 +151,23 @@ fmt-check:
 #
 # The tool also builds for macOS, which the krew manifest lists: its Linux
 # parts (the streams' kernel stamps, the end door's epoll) have fallbacks.
-vet:
+vet: vet-go build-darwin
+.PHONY: vet-go build-darwin checks-beside
+vet-go:
 	$(GO) vet -race ./...
 	cd internal/localcluster && $(GO) vet -race ./...
+build-darwin:
 	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/epwindow
+
+# checks-beside are the checks no later phase of make test needs: it runs
+# them beside the e2e phase, under SCHED_IDLE (hack/beside.sh), in the
+# cores the clusters leave idle, and waits for them after it. Cold, the
+# macOS build compiles the standard library and every dependency once more.
+# The simulations' -timeout is go test's 10 min default made 30: they get
+# only the cores the clusters leave, and a busy stretch must not kill them.
+checks-beside: $(BIN)/testtimes
+	@$(MAKE) --no-print-directory build-darwin
+	@$(call TT,simulations) $(GO) test -json -count=1 -timeout 30m -run '$(SIMULATIONS)' ./results/
 
 # Unit tests need nothing but Go. The e2e packages (*/e2e/*) run against the
 # real local cluster, each package in a network and mount namespace of its
@@ -175,8 +188,8 @@ vet:
 # and 40 trials) and the drift tests (500 month-long histories, about
 # 60,000 window tests of up to 180 trials a side). They are pure
 # arithmetic: about 60 s here without -race, several minutes with it, and
-# nothing shared for -race to check, so they run in a phase of their own
-# without it.
+# nothing shared for -race to check, so they run without it, beside the
+# e2e phase (checks-beside).
 SIMULATIONS := ^(TestComparePowerTable|TestCompareCutTrialsTable|TestDriftFalseAlarms|TestDriftCatchesSlowMode)$$
 UNIT := $$($(GO) list ./... | grep -v /e2e)
 # The longest e2e packages come first: go test starts packages in the
@@ -219,15 +232,16 @@ $(BIN)/testtimes: $(wildcard hack/testtimes/*.go)
 test: deps $(BIN)/testtimes
 	@mkdir -p $(BIN) $(TEST_JSON) && rm -f $(PHASES) $(TEST_JSON)/*.json
 	@$(T) fmt-check $(MAKE) --no-print-directory fmt-check
-	@$(T) vet $(MAKE) --no-print-directory vet
+	@$(T) vet $(MAKE) --no-print-directory vet-go
 	@$(T) build $(MAKE) --no-print-directory build
 	@$(T) unit $(call TT,unit) $(GO) test -json -race -count=1 -timeout 20m -skip '$(SIMULATIONS)' $(UNIT)
-	@$(T) simulations $(call TT,simulations) $(GO) test -json -count=1 -run '$(SIMULATIONS)' ./results/
 	@$(T) unit-localcluster sh -c 'cd internal/localcluster && $(call TT,unit-localcluster) $(GO) test -json -race -count=1 ./...'
 	@$(T) cluster $(MAKE) --no-print-directory -j2 cluster
 	@$(T) local-unit sh -c 'cd deploy/local && CGO_ENABLED=0 $(GO) vet -trimpath ./... && CGO_ENABLED=0 $(call TT,local-unit) $(GO) test -json -trimpath -count=1 $(LOCAL_NORACE_PKGS)'
 	@$(T) check-fresh hack/check-fresh.sh
+	@hack/beside.sh start $(BIN)/beside $$PPID $(MAKE) --no-print-directory checks-beside
 	@$(T) e2e $(call TT,e2e) $(E2E_CMD)
+	@$(T) beside hack/beside.sh wait $(BIN)/beside
 	@$(T) e2e-alone $(call TT,e2e-alone) $(E2E_ALONE_CMD)
 	@$(T) local-e2e sh -c 'cd deploy/local && $(call TT,local-e2e) $(LOCAL_E2E_CMD)'
 	@$(BIN)/testtimes summary $(TEST_JSON)/*.json
@@ -250,8 +264,9 @@ test-e2e: deps $(BIN)/testtimes
 	esac
 	@$(BIN)/testtimes summary $(TEST_JSON)/test-e2e.json
 
-# test-e2e-phases runs make test's three e2e phases (e2e, e2e-alone,
-# local-e2e) RUNS times in a row, every run to the end even when one fails,
+# test-e2e-phases runs make test's three e2e phases (e2e, with
+# checks-beside beside it as in make test, e2e-alone, local-e2e) RUNS times
+# in a row, every run to the end even when one fails,
 # so that flakiness is counted rather than guessed: make test-e2e-phases
 # RUNS=3. Each run's streams are $(TEST_JSON)/runN-PHASE.json; at the end it
 # prints each run's per-package table and every phase's time and status,
@@ -265,7 +280,9 @@ test-e2e-phases: deps $(BIN)/testtimes
 	@mkdir -p $(TEST_JSON) && rm -f $(E2E_RUNS) $(TEST_JSON)/run[0-9]*-*.json
 	@export TIMED_TITLE="e2e phases so far"; for i in $$(seq 1 $(RUNS)); do \
 		echo "==> e2e phases, run $$i of $(RUNS), $$(date +%T)"; \
+		hack/beside.sh start $(BIN)/beside $$PPID $(MAKE) --no-print-directory checks-beside; \
 		hack/timed.sh $(E2E_RUNS) run$$i-e2e $(call TT,run$$i-e2e) $(E2E_CMD); \
+		hack/timed.sh $(E2E_RUNS) run$$i-beside hack/beside.sh wait $(BIN)/beside; \
 		hack/timed.sh $(E2E_RUNS) run$$i-e2e-alone $(call TT,run$$i-e2e-alone) $(E2E_ALONE_CMD); \
 		hack/timed.sh $(E2E_RUNS) run$$i-local-e2e sh -c 'cd deploy/local && $(call TT,run'$$i'-local-e2e) $(LOCAL_E2E_CMD)'; \
 	done; \
